@@ -1,0 +1,44 @@
+"""Project home and the offline environment.
+
+Everything WHALE writes in the embedded default lives under ``$WHALE_HOME`` (default ``./.whale``):
+``whale.db`` (archive), ``mlflow.db`` + ``mlartifacts/`` (lineage), ``prefect/`` (PREFECT_HOME),
+``models/`` (built tiny models, keyed by recipe hash), ``runs/<run>/`` (traces, reports, checkpoints).
+
+`setup_offline_env()` sets the variables measured in STACK.md so that nothing reaches a hub or a telemetry
+endpoint at run time. It only sets a variable the user has not set, so a user may still point WHALE at servers
+(``MLFLOW_TRACKING_URI``, ``PREFECT_API_URL``) or at a proposer API.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def whale_home() -> Path:
+    """The project home: ``$WHALE_HOME`` or ``./.whale`` (created on first use)."""
+    home = Path(os.environ.get("WHALE_HOME", ".whale")).expanduser().resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def setup_offline_env(home: Path | None = None) -> Path:
+    """Set the offline/telemetry variables (only where unset) and return the project home."""
+    home = home or whale_home()
+    defaults = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HOME": str(home / "hf"),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "PREFECT_HOME": str(home / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "DO_NOT_TRACK": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "WANDB_DISABLED": "true",
+    }
+    for key, value in defaults.items():
+        os.environ.setdefault(key, value)
+    return home
