@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The project's test command (README's second command; .ci/run runs exactly this).
+# Creates .venv if missing, installs the pinned stack (constraints.txt) and the dev tools, installs Debian's headless
+# Chromium for the MLflow UI test where apt is available, then runs ruff, mypy and the whole pytest suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+if [ ! -x .venv/bin/python ]; then
+  echo "== creating .venv with $PY"
+  "$PY" -m venv .venv
+fi
+echo "== installing (pinned by constraints.txt)"
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]"
+
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing Debian's chromium for the browser test"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "!! /usr/bin/chromium is missing and cannot be installed here: the browser test will fail" >&2
+  fi
+fi
+
+echo "== ruff"
+.venv/bin/ruff check .
+echo "== mypy"
+.venv/bin/mypy
+echo "== pytest"
+set +e
+.venv/bin/python -m pytest -p no:cacheprovider "$@"
+rc=$?
+set -e
+case $rc in
+  0) echo "== tests passed" ;;
+  5) echo "!! pytest collected no tests: that is a failure here" >&2; exit 5 ;;
+  *) echo "!! pytest failed with exit code $rc" >&2; exit "$rc" ;;
+esac
