@@ -1,0 +1,124 @@
+"""The `jsonl` suite: the real GSM8K sample, splits of tiny files, matching, errors with line numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from whale_core.suites import SPLITS, Problem, SuiteConfig, SuiteError, load_suite
+from whale_core.suites.jsonl import JsonlSuite, SplitFractions, split_counts, to_number
+
+GSM8K = "/work/shared/data/gsm8k-sample.jsonl"
+
+
+def _write(tmp_path: Path, lines: list[str], name: str = "data.jsonl") -> str:
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def test_gsm8k_sample() -> None:
+    suite = load_suite(SuiteConfig(name="jsonl", path=GSM8K, seed=0))
+    splits = {s: suite.problems(s) for s in SPLITS}
+    assert sum(len(v) for v in splits.values()) == 14
+    assert all(len(v) >= 1 for v in splits.values())
+    ids = [p.id for v in splits.values() for p in v]
+    assert len(set(ids)) == 14
+    by_id = {p.id: p for v in splits.values() for p in v}
+    first = json.loads(Path(GSM8K).read_text().splitlines()[0])
+    assert by_id["line-1"].answer == "18" and by_id["line-1"].fields == {"question": first["question"]}
+    assert by_id["line-3"].answer == "70000"
+    assert isinstance(suite, JsonlSuite) and suite.match == "numeric"
+    assert suite.score("$70,000", by_id["line-3"]) == 1.0
+    assert suite.score("18.0", by_id["line-1"]) == 1.0
+    assert suite.score("18.5", by_id["line-1"]) == 0.0
+    assert suite.score(None, by_id["line-1"]) == 0.0
+    assert suite.score("eighteen", by_id["line-1"]) == 0.0
+    assert "gsm8k-sample.jsonl" in suite.description and "`question`" in suite.description
+    assert not any(f" {p.answer} " in f" {suite.description} " for p in by_id.values())
+    assert "{{ question }}" in suite.seed_harness and "Answer:" in suite.seed_harness
+    # deterministic per seed; another seed shuffles differently
+    again = load_suite(SuiteConfig(name="jsonl", path=GSM8K, seed=0))
+    other = load_suite(SuiteConfig(name="jsonl", path=GSM8K, seed=1))
+    assert [p.id for p in again.problems("train")] == [p.id for p in splits["train"]]
+    assert [p.id for p in other.problems("train")] != [p.id for p in splits["train"]]
+
+
+def test_split_counts_keep_every_split_non_empty() -> None:
+    default = SplitFractions()
+    assert split_counts(3, default) == {"train": 1, "val": 1, "test": 1}
+    assert split_counts(14, default) == {"train": 8, "val": 3, "test": 3}
+    skewed = SplitFractions(train=1, val=5, test=5)
+    for n in range(3, 30):
+        counts = split_counts(n, skewed)
+        assert sum(counts.values()) == n and min(counts.values()) >= 1
+    with pytest.raises(SuiteError, match="at least 3"):
+        split_counts(2, default)
+
+
+def test_options_exact_match_fields_and_sizes_cap(tmp_path: Path) -> None:
+    rows = [{"q": f"capital {i}", "ctx": "geo", "label": f"City {i}", "junk": i} for i in range(10)]
+    path = _write(tmp_path, [json.dumps(r) for r in rows])
+    cfg = SuiteConfig.model_validate(
+        {
+            "name": "jsonl",
+            "path": path,
+            "sizes": {"train": 2, "val": 100, "test": 100},
+            "options": {"question_fields": ["q", "ctx"], "answer_field": "label", "fractions": {"train": 1}},
+        }
+    )
+    suite = load_suite(cfg)
+    assert isinstance(suite, JsonlSuite) and suite.match == "exact"
+    assert len(suite.problems("train")) == 2
+    p = suite.problems("val")[0]
+    assert set(p.fields) == {"q", "ctx"}
+    assert suite.score("  " + p.answer.replace(" ", "   "), p) == 1.0
+    assert suite.score(p.answer.lower(), p) == 0.0
+    assert "q: {{ q }}" in suite.seed_harness and "ctx: {{ ctx }}" in suite.seed_harness
+
+
+def test_numeric_match_and_to_number() -> None:
+    assert to_number("$1,000.0") == to_number("1000")
+    assert to_number("42.") == 42 and to_number("-3") == -3 and to_number("50%") == 50
+    assert to_number("abc") is None and to_number("1.2.3") is None and to_number(None) is None
+    suite = JsonlSuite(GSM8K, match="numeric")
+    p = Problem(id="x", fields={}, answer="1,234")
+    assert suite.score("1234", p) == 1.0 and suite.score("garbage", p) == 0.0
+
+
+def test_duplicates_dropped_and_blank_lines_skipped(tmp_path: Path) -> None:
+    lines = ['{"question": "a", "answer": "1"}', "", '{"question": "a", "answer": "2"}']
+    lines += [f'{{"question": "q{i}", "answer": "{i}"}}' for i in range(3)]
+    suite = JsonlSuite(_write(tmp_path, lines))
+    problems = [p for s in SPLITS for p in suite.problems(s)]
+    assert len(problems) == 4
+    assert {p.id for p in problems} == {"line-1", "line-4", "line-5", "line-6"}
+
+
+@pytest.mark.parametrize(
+    ("lines", "pattern"),
+    [
+        (
+            ['{"question": "a", "answer": "1"}', "{not json", '{"question": "b", "answer": "2"}'],
+            r"data\.jsonl:2: not valid JSON",
+        ),
+        (['{"question": "a", "answer": "1"}', "[1, 2]"], r":2: expected a JSON object"),
+        (['{"question": "a", "answer": "1"}', '{"question": "b"}'], r":2: missing field\(s\) \['answer'\]"),
+        (['{"question": "a", "answer": "1"}', '{"question": "b", "answer": null}'], r":2: field 'answer' must be"),
+        (['{"question": "a", "answer": "1"}', '{"question": "b", "answer": "2"}'], r"need[s]? at least 3"),
+        ([""], "no problems"),
+    ],
+)
+def test_errors_name_the_line(tmp_path: Path, lines: list[str], pattern: str) -> None:
+    with pytest.raises(SuiteError, match=pattern):
+        JsonlSuite(_write(tmp_path, lines))
+
+
+def test_missing_file_and_bad_field_name(tmp_path: Path) -> None:
+    with pytest.raises(SuiteError, match="cannot read"):
+        JsonlSuite(tmp_path / "absent.jsonl")
+    lines = [f'{{"the question": "q{i}", "answer": "{i}"}}' for i in range(3)]
+    with pytest.raises(SuiteError, match="question_fields"):
+        JsonlSuite(_write(tmp_path, lines))

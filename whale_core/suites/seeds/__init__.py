@@ -1,0 +1,1 @@
+"""Seed harness texts (YAML), one per built-in suite, read with ``importlib.resources``."""
