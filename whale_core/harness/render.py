@@ -1,0 +1,233 @@
+"""Sandboxed Jinja2 rendering of harness templates, the static template check, and few-shot demo selection.
+
+Templates are untrusted data (a proposer may be an LLM), so they pass two gates:
+
+1. `check_template` (at validation time) parses the template and walks the Jinja AST with an allowlist of node
+   types: output, names, constants, ``{% if %}``, ``{% for %}`` (nested at most `MAX_LOOP_DEPTH` deep),
+   ``{% set x = ... %}``, comparisons, arithmetic except ``*`` and ``**`` (they build huge values),
+   ``~`` concatenation, subscripts, slices, list/tuple/dict literals, and allowlisted filters/tests. It rejects
+   attribute or item access to names starting with ``_`` (``{{ ''.__class__ }}``), every call (``{{ x.upper() }}``,
+   ``{{ cycler.__init__.__globals__ }}``), ``import``/``include``/``extends``/``macro``/``block``/``call``,
+   set-blocks, filter-blocks, ``with`` and autoescape blocks.
+2. Rendering uses `jinja2.sandbox.ImmutableSandboxedEnvironment` with `StrictUndefined`, autoescape off, no globals
+   (no ``range``, ``cycler``, ``lipsum``, ``namespace``), and only the allowlisted filters and tests installed, so a
+   check that missed something still meets the sandbox. Output is capped at `MAX_RENDER_CHARS`.
+
+The template sees the problem's fields plus ``instruction`` (the harness's instruction wins over a problem field of
+that name). Demo selection is seeded by ``(seed, problem.id)`` with `random.Random` on a string seed, which is
+stable across processes and Python hash seeds.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jinja2
+from jinja2 import StrictUndefined, nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from whale_core.harness.errors import HarnessError, RenderError
+from whale_core.suites.base import Problem
+
+ALLOWED_FILTERS = frozenset(
+    {
+        "upper", "lower", "trim", "replace", "join", "length", "count", "default", "d", "string", "int", "float",
+        "first", "last", "reverse", "truncate", "title", "capitalize", "wordcount", "list", "abs", "round", "min",
+        "max", "sum",
+    }
+)  # fmt: skip
+ALLOWED_TESTS = frozenset(
+    {
+        "defined", "undefined", "none", "number", "string", "integer", "float", "boolean", "true", "false", "even",
+        "odd", "divisibleby", "eq", "ne", "lt", "le", "gt", "ge", "in", "sequence", "mapping", "lower", "upper",
+    }
+)  # fmt: skip
+MAX_LOOP_DEPTH = 2
+MAX_RENDER_CHARS = 65536
+
+_ALLOWED_NODES: tuple[type[nodes.Node], ...] = (
+    nodes.Template, nodes.Output, nodes.TemplateData, nodes.Name, nodes.Const, nodes.If, nodes.For, nodes.Assign,
+    nodes.Getattr, nodes.Getitem, nodes.Slice, nodes.Filter, nodes.Test, nodes.CondExpr, nodes.Compare,
+    nodes.Operand, nodes.Concat, nodes.And, nodes.Or, nodes.Not, nodes.Neg, nodes.Pos, nodes.Add, nodes.Sub,
+    nodes.Div, nodes.FloorDiv, nodes.Mod, nodes.List, nodes.Tuple, nodes.Dict, nodes.Pair, nodes.Keyword,
+)  # fmt: skip
+_NODE_WORDS: dict[type[nodes.Node], str] = {
+    nodes.Call: "function or method calls",
+    nodes.Macro: "macros",
+    nodes.CallBlock: "call blocks",
+    nodes.Import: "import",
+    nodes.FromImport: "import",
+    nodes.Include: "include",
+    nodes.Extends: "extends",
+    nodes.Block: "blocks",
+    nodes.AssignBlock: "set-blocks ({% set x %}...{% endset %}; use {% set x = ... %})",
+    nodes.FilterBlock: "filter blocks",
+    nodes.With: "with blocks",
+    nodes.Mul: "the * operator",
+    nodes.Pow: "the ** operator",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def sandbox() -> ImmutableSandboxedEnvironment:
+    """The one rendering environment: immutable sandbox, strict undefined, no globals, allowlisted filters/tests."""
+    env = ImmutableSandboxedEnvironment(
+        undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True, auto_reload=False, cache_size=0
+    )
+    env.globals.clear()
+    env.filters = {k: v for k, v in env.filters.items() if k in ALLOWED_FILTERS}
+    env.tests = {k: v for k, v in env.tests.items() if k in ALLOWED_TESTS}
+    return env
+
+
+def check_template(source: str, field: str) -> None:
+    """Raise `HarnessError` (with ``field``) if ``source`` is not a template that this sandbox accepts."""
+    try:
+        tree = sandbox().parse(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise HarnessError(field, f"template syntax error on line {e.lineno}: {e.message}") from None
+    except RecursionError:
+        raise HarnessError(field, "template nests too deeply") from None
+    problem = _walk(tree, loop_depth=0)
+    if problem:
+        raise HarnessError(field, f"unsafe template: {problem}")
+
+
+def _walk(node: nodes.Node, loop_depth: int) -> str | None:
+    for kind, word in _NODE_WORDS.items():
+        if isinstance(node, kind):
+            return f"{word} are not allowed" if word.endswith("s") else f"{word} is not allowed"
+    if not isinstance(node, _ALLOWED_NODES):
+        return f"'{type(node).__name__}' is not allowed"
+    if isinstance(node, nodes.Name) and node.name.startswith("_"):
+        return f"names starting with '_' are not allowed ({node.name!r})"
+    if isinstance(node, nodes.Getattr) and node.attr.startswith("_"):
+        return f"attributes starting with '_' are not allowed ({node.attr!r})"
+    if isinstance(node, nodes.Const) and isinstance(node.value, str) and node.value.startswith("_"):
+        return f"string constants starting with '_' are not allowed ({node.value[:20]!r})"
+    if isinstance(node, nodes.Filter) and node.name not in ALLOWED_FILTERS:
+        return f"filter {node.name!r} is not allowed (allowed: {', '.join(sorted(ALLOWED_FILTERS))})"
+    if isinstance(node, nodes.Test) and node.name not in ALLOWED_TESTS:
+        return f"test {node.name!r} is not allowed (allowed: {', '.join(sorted(ALLOWED_TESTS))})"
+    if isinstance(node, nodes.Keyword) and node.key == "attribute":
+        return "the 'attribute' argument is not allowed"
+    if isinstance(node, nodes.Mod) and isinstance(node.left, nodes.Const) and isinstance(node.left.value, str):
+        return "string formatting with % is not allowed"
+    if isinstance(node, nodes.For):
+        if node.recursive:
+            return "recursive loops are not allowed"
+        loop_depth += 1
+        if loop_depth > MAX_LOOP_DEPTH:
+            return f"loops nested deeper than {MAX_LOOP_DEPTH} are not allowed"
+    for child in node.iter_child_nodes():
+        problem = _walk(child, loop_depth)
+        if problem:
+            return problem
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(source: str) -> jinja2.Template:
+    return sandbox().from_string(source)
+
+
+def render_source(source: str, context: Mapping[str, Any], field: str, problem_id: str) -> str:
+    """Render a checked template over ``context``; raise `RenderError` naming the problem and the cause."""
+    chunks: list[str] = []
+    size = 0
+    try:
+        for chunk in _compiled(source).generate(dict(context)):
+            size += len(chunk)
+            if size > MAX_RENDER_CHARS:
+                raise RenderError(field, f"problem {problem_id!r}: rendered text exceeds {MAX_RENDER_CHARS} chars")
+            chunks.append(chunk)
+    except RenderError:
+        raise
+    except jinja2.UndefinedError as e:
+        names = ", ".join(sorted(k for k in context if k != "instruction"))
+        raise RenderError(field, f"problem {problem_id!r}: {e.message} (problem fields: {names})") from None
+    except Exception as e:  # the sandbox, a bad filter argument, a division by zero: all per-problem failures
+        raise RenderError(field, f"problem {problem_id!r}: {type(e).__name__}: {e}") from None
+    return "".join(chunks)
+
+
+def context_for(problem: Problem, instruction: str) -> dict[str, Any]:
+    """What a template sees: the problem's fields plus ``instruction``."""
+    return {**problem.fields, "instruction": instruction}
+
+
+def select_demos(problem: Problem, pool: Sequence[Problem], k: int, select: str, seed: int) -> list[Problem]:
+    """Up to ``k`` demos from ``pool``, never ``problem`` itself (compared by id); deterministic in (seed, id)."""
+    if k <= 0 or not pool:
+        return []
+    if select == "first":
+        out: list[Problem] = []
+        for p in pool:
+            if p.id != problem.id:
+                out.append(p)
+                if len(out) == k:
+                    break
+        return out
+    rng = random.Random(f"whale-demos:{seed}:{problem.id}")
+    picked = rng.sample(range(len(pool)), min(len(pool), k + 1))
+    out = [pool[i] for i in picked if pool[i].id != problem.id][:k]
+    if len(out) < k and len(out) < len(pool) - 1:  # several pool items share the problem's id: filter first
+        others = [p for p in pool if p.id != problem.id]
+        out = [others[i] for i in rng.sample(range(len(others)), min(len(others), k))]
+    return out
+
+
+def render_text_prompt(
+    template: str,
+    instruction: str,
+    separator: str,
+    problem: Problem,
+    demos: Sequence[Problem],
+    encode: Callable[[str], str],
+) -> str:
+    """Each demo rendered + its encoded answer, joined by ``separator``, then the separator, then the problem."""
+    parts = [render_source(template, context_for(d, instruction), "template", d.id) + encode(d.answer) for d in demos]
+    parts.append(render_source(template, context_for(problem, instruction), "template", problem.id))
+    return separator.join(parts)
+
+
+def render_chat_messages(
+    messages: Sequence[tuple[str, str]],
+    instruction: str,
+    problem: Problem,
+    demos: Sequence[Problem],
+    encode: Callable[[str], str],
+) -> list[dict[str, str]]:
+    """Chat messages for ``problem``: leading system messages, then one (user, assistant) pair per demo (the user
+    turn is the last user message rendered on the demo), then the remaining messages rendered on the problem."""
+    n_system = 0
+    while n_system < len(messages) and messages[n_system][0] == "system":
+        n_system += 1
+    last_user = max(i for i, (role, _) in enumerate(messages) if role == "user")
+    ctx = context_for(problem, instruction)
+
+    def one(i: int, context: Mapping[str, Any], pid: str) -> str:
+        return render_source(messages[i][1], context, f"messages[{i}].content", pid)
+
+    out = [{"role": messages[i][0], "content": one(i, ctx, problem.id)} for i in range(n_system)]
+    for d in demos:
+        out.append({"role": "user", "content": one(last_user, context_for(d, instruction), d.id)})
+        out.append({"role": "assistant", "content": encode(d.answer)})
+    out += [{"role": messages[i][0], "content": one(i, ctx, problem.id)} for i in range(n_system, len(messages))]
+    return out
+
+
+def apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """``tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)``, checked to be text."""
+    if tokenizer is None:
+        raise RenderError("messages", "this harness is in chat mode (messages): render() needs a tokenizer")
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception as e:
+        raise RenderError("messages", f"the tokenizer's chat template failed: {type(e).__name__}: {e}") from None
+    if not isinstance(text, str):
+        raise RenderError("messages", f"apply_chat_template returned {type(text).__name__}, expected str")
+    return text
