@@ -1,0 +1,221 @@
+"""The `llm` proposer: any chat model reachable through litellm proposes K harness texts from the context.
+
+One call per ``propose``: the context is rendered within a token budget (`whale_core.proposers.context`), the reply's
+fenced YAML blocks are extracted, and each block goes through `check_candidate`; malformed, invalid and duplicate
+blocks come back as rejected proposals with the reason. Timeouts, retries and rate limits use litellm's own
+mechanisms (``timeout=``, ``num_retries=``: the OpenAI SDK retries with back-off and honours ``Retry-After``, then
+litellm's wrapper retries via tenacity); once they are exhausted the proposer raises `ProposerUnavailable`.
+
+Credentials come only from the environment: litellm reads the standard variables (``OPENAI_API_KEY``, ...), or
+``api_key_env`` names a custom one that is read at call time. The key is never stored on the proposer, and every
+string that leaves this module (reasons, error messages, candidate texts) has the values of credential-looking
+environment variables redacted.
+
+Simplified: one request per ``propose`` (no multi-turn repair of invalid candidates; the rejection reasons go back to
+the model through the archive on the next iteration). litellm is imported lazily (3–6 s).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import Any
+
+from whale_core.harness import Harness
+from whale_core.proposers.base import Proposal, ProposalContext, ProposerUnavailable, check_candidate
+from whale_core.proposers.context import build_messages
+
+__all__ = ["LLMProposer", "extract_yaml_blocks", "redact"]
+
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.MULTILINE | re.DOTALL)
+_YAML_TAGS = {"", "yaml", "yml"}
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
+
+
+def redact(text: str, extra_names: tuple[str, ...] = ()) -> str:
+    """``text`` with the values of credential-looking environment variables (``*KEY*``, ``*TOKEN*``, ``*SECRET*``,
+    ``*PASSWORD*`` and ``extra_names``) replaced by ``[redacted]``. Values shorter than 6 chars are left alone."""
+    values = {
+        value
+        for name, value in os.environ.items()
+        if (name in extra_names or _SECRET_NAME.search(name)) and len(value) >= 6
+    }
+    for value in sorted(values, key=len, reverse=True):
+        text = text.replace(value, "[redacted]")
+    return text
+
+
+def extract_yaml_blocks(reply: str) -> tuple[list[str], str | None]:
+    """The fenced YAML blocks of a reply (```yaml, ```yml or a bare ```), prose around them ignored.
+
+    Returns ``(blocks, problem)``: ``problem`` describes a trailing block that was opened but never closed (a reply
+    cut off by ``max_tokens``), else None. Blocks tagged with another language (```python) are skipped.
+    """
+    blocks = [m.group(2) for m in _FENCE.finditer(reply) if m.group(1).lower() in _YAML_TAGS]
+    tail = _FENCE.sub("", reply)
+    problem = None
+    if re.search(r"^[ \t]*```", tail, re.MULTILINE):
+        problem = "a fenced block was opened but never closed (reply cut off? raise max_tokens)"
+    return blocks, problem
+
+
+class LLMProposer:
+    """Proposes harness candidates with a chat model through litellm (``openai/...``, ``anthropic/...``,
+    ``ollama/...``, or any OpenAI-compatible server via ``api_base``).
+
+    ``timeout`` is per request (seconds); ``num_retries`` is litellm's retry count; ``context_tokens`` bounds the
+    prompt (estimated); ``max_tokens`` bounds the reply. For OpenAI-compatible providers the SDK retries
+    ``num_retries`` times and then litellm's wrapper another ``num_retries`` times (measured: four HTTP 500s with
+    ``num_retries=2`` → 5 requests), so the worst case is about ``timeout * (2 * num_retries + 1)`` plus back-off;
+    other providers get litellm's ``num_retries`` only. ``api_key_env`` names an environment variable holding the
+    API key; by default litellm reads the provider's standard variable.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        api_base: str | None = None,
+        temperature: float = 0.7,
+        timeout: float = 60,
+        num_retries: int = 2,
+        context_tokens: int = 6000,
+        max_tokens: int = 2000,
+        api_key_env: str | None = None,
+    ) -> None:
+        self.model = model
+        self.api_base = api_base
+        self.temperature = temperature
+        self.timeout = timeout
+        self.num_retries = num_retries
+        self.context_tokens = context_tokens
+        self.max_tokens = max_tokens
+        self.api_key_env = api_key_env
+        self.name = f"llm:{model}"
+
+    def __repr__(self) -> str:
+        return (
+            f"LLMProposer(model={self.model!r}, api_base={self.api_base!r}, timeout={self.timeout}, "
+            f"num_retries={self.num_retries}, api_key_env={self.api_key_env!r})"
+        )
+
+    # -- public -----------------------------------------------------------------------------------------------
+
+    def propose(self, context: ProposalContext, k: int) -> list[Proposal]:
+        """One model call → up to ``k`` valid proposals plus rejected ones (see `Proposer`); ``k <= 0`` → no call."""
+        if k <= 0:
+            return []
+        messages = build_messages(context, k, self.context_tokens)
+        reply, usage = self._complete(messages)
+        return self._proposals(reply, context, k, usage)
+
+    # -- internals --------------------------------------------------------------------------------------------
+
+    def _redact(self, text: str) -> str:
+        return redact(text, (self.api_key_env,) if self.api_key_env else ())
+
+    def _unavailable(self, cause: str) -> ProposerUnavailable:
+        return ProposerUnavailable(self._redact(f"LLM proposer {self.model!r} unavailable: {cause}"))
+
+    def _api_key(self, litellm: Any) -> str | None:
+        """The key from ``api_key_env``, or None to let litellm read the standard variable (checked to exist)."""
+        if self.api_key_env:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                raise self._unavailable(f"environment variable {self.api_key_env} (api_key_env) is not set")
+            return key
+        try:
+            env = litellm.validate_environment(model=self.model, api_base=self.api_base)
+        except Exception:  # an unknown provider: let the call itself say what is wrong
+            return None
+        missing = [name for name in env.get("missing_keys") or [] if _SECRET_NAME.search(name)]
+        if not env.get("keys_in_environment", True) and missing:  # e.g. OLLAMA_API_BASE is not a credential
+            raise self._unavailable(f"no API key configured: set {', '.join(missing)} (or api_key_env)")
+        return None
+
+    def _complete(self, messages: list[dict[str, str]]) -> tuple[str, dict[str, float]]:
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # as setup_offline_env(), without a mkdir
+        import litellm
+
+        litellm.suppress_debug_info = True
+        api_key = self._api_key(litellm)
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "timeout": self.timeout,
+            "num_retries": self.num_retries,
+            "drop_params": True,
+        }
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+        if api_key:
+            kwargs["api_key"] = api_key
+        start = time.perf_counter()
+        failure: str | None = None
+        try:
+            response = litellm.completion(**kwargs)
+        except Exception as exc:  # provider errors of every kind, after litellm's retries
+            failure = f"{type(exc).__name__} after {self.num_retries} retries: {str(exc)[:500]}"
+        if failure is not None:  # raised outside the except block: the original exception is not chained
+            raise self._unavailable(failure)
+        latency = time.perf_counter() - start
+        try:
+            content = response.choices[0].message.content or ""
+        except (AttributeError, IndexError, TypeError):
+            raise self._unavailable("the reply had no message content") from None
+        usage_obj = getattr(response, "usage", None)
+        try:
+            cost = float(litellm.completion_cost(completion_response=response) or 0.0)
+        except Exception:  # unknown model / no price: cost is unknown, not an error
+            cost = 0.0
+        usage = {
+            "prompt_tokens": float(getattr(usage_obj, "prompt_tokens", 0) or 0),
+            "completion_tokens": float(getattr(usage_obj, "completion_tokens", 0) or 0),
+            "cost_usd": cost,
+            "latency_s": latency,
+        }
+        return self._redact(content), usage
+
+    def _proposals(self, reply: str, context: ProposalContext, k: int, usage: dict[str, float]) -> list[Proposal]:
+        incumbent = Harness.from_text(context.incumbent.text)
+        known = {entry.sha: entry for entry in context.archive}
+        blocks, problem = extract_yaml_blocks(reply)
+        out: list[Proposal] = []
+        seen: set[str] = set()
+        n_valid = 0
+        for block in blocks:
+            prop = check_candidate(block, incumbent, context.restrict_to, proposer=self.name)
+            if prop.harness is not None:
+                sha = prop.harness.sha
+                if sha in known:
+                    entry = known[sha]
+                    prop = self._reject(block, f"duplicate of archive entry {sha[:12]} (status: {entry.status})")
+                elif sha in seen:
+                    prop = self._reject(block, "duplicate of an earlier candidate in the same reply")
+                elif n_valid >= k:
+                    prop = self._reject(block, f"more than k={k} candidates in the reply; kept the first {k}")
+                else:
+                    seen.add(sha)
+                    n_valid += 1
+            out.append(prop)
+        if problem is not None:
+            out.append(self._reject(None, problem))
+        if not out:
+            out.append(self._reject(None, "the reply contained no fenced YAML block"))
+        share = {key: value / len(out) for key, value in usage.items()}
+        return [
+            Proposal(
+                text=p.text,
+                harness=p.harness,
+                status=p.status,
+                reason=p.reason,
+                proposer=self.name,
+                usage=dict(share),
+            )
+            for p in out
+        ]
+
+    def _reject(self, text: str | None, reason: str) -> Proposal:
+        return Proposal(text=text, harness=None, status="rejected", reason=reason, proposer=self.name)

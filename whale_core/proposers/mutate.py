@@ -1,0 +1,286 @@
+"""The `mutate` proposer: offline, seeded, generic edits of harness fields.
+
+Each candidate applies 1..``max_ops`` random operators to a parent drawn from the top of the archive (mostly the
+incumbent). The operators are generic — none knows gold answers or any particular suite:
+
+- ``instruction``: replace / prepend / append / drop a sentence, with phrases from a bank of generic phrases,
+  including phrases that describe an answer encoding ("Write the answer reversed.");
+- ``answer_encoding``: change ``answer.reverse`` / ``pad`` / ``sep`` and rewrite the instruction's
+  format-describing sentence to match (as an LLM would say how answers are written); a new separator also gets a
+  ``remove`` parse step (so a digit regex still matches) and room in ``max_new_tokens``;
+- ``fewshot``: ``k`` in 0..4, ``select`` random/first;
+- ``decoding``: temperature in {0, 0.2, 0.5, 0.8}, ``max_new_tokens`` doubled/halved within 4..128;
+- ``inference``: samples in {1, 3, 5} with majority vote (raising samples under greedy decoding also sets a small
+  temperature, since identical greedy samples cannot vote);
+- ``parse``: add/remove ``strip``, ``first_line`` and ``int`` steps (``int`` never with reverse/pad: it would drop
+  significant zeros).
+
+Every emitted candidate passes `check_candidate` and has a sha distinct from the incumbent, from every archive
+entry and from the other candidates. With ``restrict_to`` (prompt-weights mode) only operators whose fields lie
+inside it are used. Deterministic given (``seed``, ``context.seed``, ``context.iteration``, incumbent and archive
+shas): the RNG is seeded from a sha256 of those, never from Python's salted ``hash``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from whale_core.harness import Harness, HarnessError
+from whale_core.proposers.base import Proposal, ProposalContext, check_candidate, empty_usage
+
+__all__ = ["ENCODING_PHRASES", "GENERIC_PHRASES", "OPERATORS", "MutateProposer", "describe_encoding"]
+
+GENERIC_PHRASES: tuple[str, ...] = (
+    "Give only the final answer.",
+    "Answer with the result and nothing else.",
+    "Be exact.",
+    "Think carefully, then give the answer.",
+    "Do not explain.",
+    "Check the result before answering.",
+    "Follow the format of the examples.",
+    "Solve the problem.",
+    "Compute the result.",
+    "Use digits only.",
+    "Keep the answer on one line.",
+)
+ENCODING_PHRASES: tuple[str, ...] = (
+    "Write the answer reversed.",
+    "Write the answer backwards, last digit first.",
+    "Pad the answer with zeros.",
+    "Write the answer digit by digit, separated by spaces.",
+    "Write the answer in the usual order, most significant digit first.",
+)
+PHRASES = GENERIC_PHRASES + ENCODING_PHRASES
+
+_FORMAT_SENTENCE = re.compile(
+    r"\b(revers\w*|backwards|last digit first|most significant|usual order|pad\w*|zeros?|separat\w*|digit by digit)\b",
+    re.IGNORECASE,
+)
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
+_SEP_WORDS = {" ": "spaces", ",": "commas", "_": "underscores", ".": "dots", "|": "bars", "/": "slashes"}
+
+Spec = dict[str, Any]
+Operator = Callable[[Spec, random.Random], bool]  # edits the spec in place; False when not applicable
+
+
+def describe_encoding(reverse: bool, pad: int, sep: str) -> str | None:
+    """One sentence describing an answer encoding, or None for the plain one."""
+    parts = []
+    if pad:
+        parts.append(f"left-padded with zeros to {pad} digits")
+    if reverse:
+        parts.append("reversed (last digit first)")
+    if sep:
+        parts.append(f"with its digits separated by {_SEP_WORDS.get(sep, repr(sep))}")
+    if not parts:
+        return None
+    body = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"Write the answer {body}."
+
+
+def _sentences(text: str) -> list[str]:
+    return [s for s in _SENTENCE_SPLIT.split(text.strip()) if s]
+
+
+def _join(sentences: list[str]) -> str:
+    return " ".join(sentences)
+
+
+# ---------------------------------------------------------------------------------------------- operators
+
+
+def op_instruction(spec: Spec, rng: random.Random) -> bool:
+    """Replace, prepend, append or drop one sentence of the instruction (phrases from the bank)."""
+    sentences = _sentences(spec.get("instruction", ""))
+    phrase = rng.choice([p for p in PHRASES if p not in sentences])
+    action = rng.choice(["replace", "prepend", "append", "drop"] if len(sentences) > 1 else ["replace", "append"])
+    if action == "drop":
+        sentences.pop(rng.randrange(len(sentences)))
+    elif action == "replace" and sentences:
+        sentences[rng.randrange(len(sentences))] = phrase
+    elif action == "prepend":
+        sentences.insert(0, phrase)
+    else:
+        sentences.append(phrase)
+    spec["instruction"] = _join(sentences)
+    return True
+
+
+def op_answer_encoding(spec: Spec, rng: random.Random) -> bool:
+    """Change reverse / pad / sep, say so in the instruction, and keep parse + decoding able to read it."""
+    answer = spec["answer"]
+    old_sep = answer["sep"]
+    which = rng.choice(["reverse", "reverse", "pad", "sep"])
+    if which == "reverse":
+        answer["reverse"] = not answer["reverse"]
+    elif which == "pad":
+        answer["pad"] = rng.choice([p for p in (0, 4, 6, 8) if p != answer["pad"]])
+    else:
+        answer["sep"] = rng.choice([s for s in ("", " ", ",") if s != old_sep])
+    # the instruction describes the new encoding: drop sentences that described an encoding, add the new one
+    kept = [s for s in _sentences(spec.get("instruction", "")) if not _FORMAT_SENTENCE.search(s)]
+    described = describe_encoding(answer["reverse"], answer["pad"], answer["sep"])
+    spec["instruction"] = _join([*kept, described] if described else kept)
+    # parse: a separator is removed before the other steps see the text; int would lose significant zeros
+    steps = [s for s in spec["parse"] if not (old_sep and s == {"remove": old_sep})]
+    if answer["sep"]:
+        steps.insert(0, {"remove": answer["sep"]})
+    if answer["reverse"] or answer["pad"]:
+        steps = [s for s in steps if "int" not in s]
+    spec["parse"] = steps
+    # decoding: room for the longer written answer
+    decoding = spec["decoding"]
+    if answer["sep"] and not old_sep:
+        decoding["max_new_tokens"] = min(128, decoding["max_new_tokens"] * 2)
+    need = answer["pad"] * (2 if answer["sep"] else 1) + 2
+    decoding["max_new_tokens"] = max(decoding["max_new_tokens"], min(128, need))
+    return True
+
+
+def op_fewshot(spec: Spec, rng: random.Random) -> bool:
+    """Another number of demos (0..4), or the other selection rule."""
+    fewshot = spec["fewshot"]
+    if fewshot["k"] > 0 and rng.random() < 0.3:
+        fewshot["select"] = "first" if fewshot["select"] == "random" else "random"
+    else:
+        fewshot["k"] = rng.choice([k for k in range(5) if k != fewshot["k"]])
+    return True
+
+
+def op_decoding(spec: Spec, rng: random.Random) -> bool:
+    """Another temperature, or max_new_tokens doubled/halved within 4..128."""
+    decoding = spec["decoding"]
+    if rng.random() < 0.5:
+        decoding["temperature"] = rng.choice([t for t in (0.0, 0.2, 0.5, 0.8) if t != decoding["temperature"]])
+    else:
+        current = decoding["max_new_tokens"]
+        options = [v for v in (current * 2, current // 2) if 4 <= v <= 128 and v != current]
+        if not options:
+            return False
+        decoding["max_new_tokens"] = rng.choice(options)
+    return True
+
+
+def op_inference(spec: Spec, rng: random.Random) -> bool:
+    """Samples in {1, 3, 5} with majority vote; sampling needs a temperature to make the votes differ."""
+    inference, decoding = spec["inference"], spec["decoding"]
+    inference["samples"] = rng.choice([s for s in (1, 3, 5) if s != inference["samples"]])
+    if inference["samples"] > 1:
+        inference["aggregate"] = "majority"
+        if decoding["temperature"] == 0.0:
+            decoding["temperature"] = rng.choice([0.3, 0.5])
+    return True
+
+
+def op_parse(spec: Spec, rng: random.Random) -> bool:
+    """Add or remove a ``strip`` / ``first_line`` / ``int`` normalization step."""
+    steps: list[dict[str, Any]] = spec["parse"]
+    choices = [{"strip": True}, {"first_line": True}]
+    if not (spec["answer"]["reverse"] or spec["answer"]["pad"]):
+        choices.append({"int": True})
+    step = rng.choice(choices)
+    if step in steps:
+        steps.remove(step)
+    elif "int" in step:
+        steps.append(step)  # normalize last
+    else:
+        steps.insert(0, step)  # clean up first
+    return True
+
+
+# name -> (operator, top-level fields it may touch)
+OPERATORS: dict[str, tuple[Operator, frozenset[str]]] = {
+    "instruction": (op_instruction, frozenset({"instruction"})),
+    "answer_encoding": (op_answer_encoding, frozenset({"answer", "instruction", "parse", "decoding"})),
+    "fewshot": (op_fewshot, frozenset({"fewshot"})),
+    "decoding": (op_decoding, frozenset({"decoding"})),
+    "inference": (op_inference, frozenset({"inference", "decoding"})),
+    "parse": (op_parse, frozenset({"parse"})),
+}
+# relative weights: the instruction and the answer encoding are where the headroom usually is
+_WEIGHTS = {"instruction": 3, "answer_encoding": 3, "fewshot": 2, "decoding": 1, "inference": 1, "parse": 1}
+
+
+class MutateProposer:
+    """Offline proposer: seeded random generic edits (see the module docstring). ``max_ops`` ≥ 1 operators per
+    candidate at most; ``max_attempts_per_candidate`` bounds the work when the space near the parents is crowded."""
+
+    name = "mutate"
+
+    def __init__(self, seed: int = 0, max_ops: int = 2, max_attempts_per_candidate: int = 50) -> None:
+        if max_ops < 1:
+            raise ValueError(f"MutateProposer: max_ops must be >= 1 (got {max_ops})")
+        self.seed = seed
+        self.max_ops = max_ops
+        self.max_attempts_per_candidate = max_attempts_per_candidate
+
+    def __repr__(self) -> str:
+        return f"MutateProposer(seed={self.seed}, max_ops={self.max_ops})"
+
+    def _rng(self, context: ProposalContext) -> random.Random:
+        key = "|".join(
+            [str(self.seed), str(context.seed), str(context.iteration), context.incumbent.sha]
+            + [entry.sha for entry in context.archive]
+        )
+        return random.Random(hashlib.sha256(key.encode("utf-8")).hexdigest())
+
+    def _parents(self, context: ProposalContext, incumbent: Harness) -> list[Harness]:
+        """The incumbent, then up to three best-scored valid archive entries that still parse."""
+        scored = [
+            e
+            for e in context.archive
+            if e.score is not None and e.status != "rejected" and e.sha != context.incumbent.sha
+        ]
+        scored.sort(key=lambda e: -(e.score or 0.0))
+        parents = [incumbent]
+        for entry in scored:
+            try:
+                parents.append(Harness.from_text(entry.text, parent=entry.parent))
+            except HarnessError:
+                continue
+            if len(parents) == 4:
+                break
+        return parents
+
+    def propose(self, context: ProposalContext, k: int) -> list[Proposal]:
+        """Up to ``k`` valid, distinct candidates (fewer only if the neighbourhood is exhausted); never raises for a
+        bad candidate — invalid ones are retried, not returned."""
+        start = time.perf_counter()
+        rng = self._rng(context)
+        incumbent = Harness.from_text(context.incumbent.text, parent=context.incumbent.parent)
+        parents = self._parents(context, incumbent)
+        allowed = [
+            name
+            for name, (_, fields) in OPERATORS.items()
+            if context.restrict_to is None or fields <= context.restrict_to
+        ]
+        if not allowed or k <= 0:
+            return []
+        seen = {context.incumbent.sha, incumbent.sha} | {entry.sha for entry in context.archive}
+        out: list[Proposal] = []
+        for _ in range(k * self.max_attempts_per_candidate):
+            if len(out) == k:
+                break
+            parent = parents[0] if len(parents) == 1 or rng.random() < 0.7 else rng.choice(parents[1:])
+            spec = yaml.safe_load(parent.text)
+            n_ops = rng.randint(1, self.max_ops)
+            names = rng.choices(allowed, weights=[_WEIGHTS[n] for n in allowed], k=n_ops)
+            if not any([OPERATORS[name][0](spec, rng) for name in names]):
+                continue
+            text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
+            proposal = check_candidate(text, incumbent, context.restrict_to, proposer=self.name, parent=parent.sha)
+            if proposal.harness is None or proposal.harness.sha in seen:
+                continue
+            seen.add(proposal.harness.sha)
+            out.append(proposal)
+        latency = time.perf_counter() - start
+        for proposal in out:
+            proposal.usage.update(empty_usage() | {"latency_s": latency / len(out)})
+        return out
