@@ -15,13 +15,13 @@ echo "== installing (pinned by constraints.txt)"
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]"
 
-if [ ! -x /usr/bin/chromium ]; then
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "== installing Debian's chromium for the browser test"
     apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
   else
-    echo "!! /usr/bin/chromium is missing and cannot be installed here: the browser test will fail" >&2
+    echo "!! /usr/bin/chromium or chromedriver is missing and cannot be installed here: the browser test will fail" >&2
   fi
 fi
 

@@ -35,6 +35,7 @@ def setup_offline_env(home: Path | None = None) -> Path:
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
         "MLFLOW_DISABLE_TELEMETRY": "true",
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
         "DO_NOT_TRACK": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "WANDB_DISABLED": "true",

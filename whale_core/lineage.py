@@ -1,0 +1,482 @@
+"""Lineage: the MLflow mirror of the archive.
+
+One MLflow *parent run* per WHALE run, one *child run* per leg (``iter-01-weights``), every harness text as an
+artifact (``harnesses/<sha12>-<status>.yaml``), every checkpoint as a *Logged Model* tagged with the harness it was
+trained against and its parent checkpoint. The archive (SQL) stays the source of truth for resume; this module only
+mirrors it so that a person can browse the lineage in the MLflow UI.
+
+Design points:
+- ``MlflowClient`` with explicit run ids everywhere, never the fluent ``mlflow.start_run`` API: Prefect runs tasks in
+  threads and ``mlflow.active_run()`` is thread-local.
+- Everything is idempotent, so that a resumed or retried run re-attaches instead of duplicating: runs are found by
+  id, else by tags (``whale.run_id``, ``whale.iteration``, ``whale.leg``); harness artifacts by file name;
+  checkpoints by the tag ``whale.checkpoint_id``.
+- Embedded default: ``sqlite:///$WHALE_HOME/mlflow.db`` with artifacts under ``$WHALE_HOME/mlartifacts``; a server
+  or Postgres by ``$MLFLOW_TRACKING_URI`` (see ``infra/``).
+
+Simplified on purpose: MLflow params are immutable, so re-attaching only adds params that are missing (a resumed run
+with a changed config keeps the first values; the archive records the truth). Secrets are redacted by key name
+(segments ``key``, ``token``, ``secret``, ``password``, ...: ``hf_token`` is redacted, ``max_new_tokens`` is not) and
+passwords inside URLs; this is a guard against accidents, not a secret scanner. mlflow and matplotlib are imported
+lazily (the CLI imports this module).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from whale_core.env import whale_home
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+REDACTED = "***"
+HARNESS_DIR = "harnesses"
+HEADER_PREFIX = "# whale-harness-record: "
+_SECRET_SEGMENTS = {"key", "apikey", "token", "secret", "password", "passwd", "pwd", "credential", "credentials"}
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)([^@\s]+)(@)")
+_BAD_KEY_CHARS = re.compile(r"[^\w./\- :]")
+_SLUG = re.compile(r"^[A-Za-z0-9_\-]+$")
+_PARAM_MAX = 6000  # mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
+_TAG_MAX = 8000
+
+
+# --------------------------------------------------------------------------------------------- params and redaction
+def is_secret_key(key: str) -> bool:
+    """True when a config key names a credential: one of its ``_``/``-``/``.``/camelCase segments is a secret word."""
+    words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key).lower()
+    segments = [s for s in re.split(r"[_\-.\s/]+", words) if s]
+    return any(s in _SECRET_SEGMENTS for s in segments)
+
+
+def redact_value(value: str) -> str:
+    """Mask a password embedded in a URL (``postgresql://u:pw@host`` -> ``postgresql://u:***@host``)."""
+    return _URL_PASSWORD.sub(rf"\g<1>{REDACTED}\g<3>", value)
+
+
+def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Flatten a nested config into MLflow params: ``{"weights": {"lr": 1e-5}}`` -> ``{"weights.lr": "1e-05"}``.
+
+    Lists and other values become JSON (or ``str``); secret keys become ``"***"``; long values are truncated to
+    MLflow's limit; characters MLflow rejects in keys become ``_``.
+    """
+    out: dict[str, str] = {}
+    for raw_key, value in config.items():
+        key = f"{prefix}{raw_key}"
+        if isinstance(value, Mapping) and value and not is_secret_key(str(raw_key)):
+            out.update(flatten_params(value, prefix=f"{key}."))
+            continue
+        if is_secret_key(str(raw_key)):
+            text = REDACTED
+        elif isinstance(value, str):
+            text = redact_value(value)
+        elif value is None or isinstance(value, bool | int | float):
+            text = str(value)
+        else:
+            try:
+                text = redact_value(json.dumps(value, sort_keys=True, default=str))
+            except (TypeError, ValueError):
+                text = redact_value(str(value))
+        out[_clean_key(key)] = text[:_PARAM_MAX]
+    return out
+
+
+def _clean_key(key: str) -> str:
+    return _BAD_KEY_CHARS.sub("_", key).strip("/") or "_"
+
+
+def _q(value: str, what: str) -> str:
+    """Quote a value for an MLflow filter string (which has no escape for quotes: refuse them)."""
+    if "'" in value or "\\" in value:
+        raise ValueError(f"{what} {value!r} contains a quote or backslash; it cannot be used in an MLflow filter")
+    return f"'{value}'"
+
+
+def leg_run_name(iteration: int, kind: str) -> str:
+    """The MLflow name of a leg's child run: ``iter-01-weights``."""
+    return f"iter-{iteration:02d}-{kind}"
+
+
+def harness_artifact_path(sha: str, status: str) -> str:
+    """Artifact path of a harness text: ``harnesses/<sha12>-<status>.yaml``."""
+    return f"{HARNESS_DIR}/{sha[:12]}-{status}.yaml"
+
+
+def parse_harness_artifact(text: str) -> tuple[dict[str, Any], str]:
+    """Split a harness artifact into its record (sha, name, status, score, parent, reason) and the harness text."""
+    first, _, body = text.partition("\n")
+    if not first.startswith(HEADER_PREFIX):
+        raise ValueError(f"not a WHALE harness artifact: first line is {first[:80]!r}")
+    return json.loads(first[len(HEADER_PREFIX) :]), body
+
+
+# ------------------------------------------------------------------------------------------------------- the store
+class Lineage:
+    """The MLflow mirror of one experiment. Thread-safe to share: every call names its run explicitly.
+
+    Contract: every ``ensure_*``/``log_*`` call is idempotent for the same inputs (a resumed run calls them again and
+    gets the same ids back, nothing duplicated). Ids returned are MLflow run ids / logged-model ids, which the caller
+    stores in the archive and passes back as ``existing_mlflow_run_id`` on resume.
+    """
+
+    def __init__(
+        self, tracking_uri: str | None = None, experiment: str = "whale", artifact_location: str | None = None
+    ):
+        from mlflow import MlflowClient
+
+        self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or _default_uri()
+        self.artifact_location = artifact_location or _default_artifact_location(self.tracking_uri)
+        self.client = MlflowClient(tracking_uri=self.tracking_uri)
+        self.experiment_id = self._ensure_experiment(experiment)
+
+    def _ensure_experiment(self, name: str) -> str:
+        from mlflow.exceptions import MlflowException
+
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            if found.lifecycle_stage == "deleted":
+                self.client.restore_experiment(found.experiment_id)
+            return str(found.experiment_id)
+        try:
+            return str(self.client.create_experiment(name, artifact_location=self.artifact_location))
+        except MlflowException:  # created meanwhile by another process or thread
+            again = self.client.get_experiment_by_name(name)
+            if again is None:
+                raise
+            return str(again.experiment_id)
+
+    # ------------------------------------------------------------------------------------------------- runs
+    def ensure_run(
+        self,
+        whale_run_id: str,
+        name: str,
+        params: Mapping[str, Any],
+        tags: Mapping[str, str] | None = None,
+        existing_mlflow_run_id: str | None = None,
+    ) -> str:
+        """The parent run of a WHALE run: re-attached (by id, else by tag ``whale.run_id``) or created.
+
+        ``params`` is the run's config (nested); it is flattened and redacted. Returns the MLflow run id.
+        """
+        want = {"whale.run_id": whale_run_id, "whale.kind": "run", **(tags or {})}
+        run_id = self._reattach(existing_mlflow_run_id, {"whale.run_id": whale_run_id, "whale.kind": "run"})
+        if run_id is None:
+            run = self.client.create_run(self.experiment_id, run_name=name, tags=_tags(want))
+            run_id = run.info.run_id
+        else:
+            self._set_tags(run_id, want)
+        self._log_missing_params(run_id, flatten_params(params))
+        return run_id
+
+    def ensure_leg(
+        self,
+        parent_run_id: str,
+        whale_run_id: str,
+        iteration: int,
+        kind: str,
+        existing_mlflow_run_id: str | None = None,
+    ) -> str:
+        """The child run of one leg (``iter-01-weights``), re-attached by id or by tags if it exists."""
+        match = {
+            "whale.run_id": whale_run_id,
+            "whale.kind": "leg",
+            "whale.iteration": str(iteration),
+            "whale.leg": kind,
+            "mlflow.parentRunId": parent_run_id,
+        }
+        run_id = self._reattach(existing_mlflow_run_id, match)
+        if run_id is not None:
+            return run_id
+        run = self.client.create_run(self.experiment_id, run_name=leg_run_name(iteration, kind), tags=match)
+        return str(run.info.run_id)
+
+    def _reattach(self, run_id: str | None, match: Mapping[str, str]) -> str | None:
+        """Find a run by id (if given and it exists) else by tags; reopen it (status RUNNING). None if absent."""
+        from mlflow.exceptions import MlflowException
+
+        found = None
+        if run_id:
+            try:
+                found = self.client.get_run(run_id)
+            except MlflowException:
+                found = None
+        if found is None:
+            hits = self._search_runs(match, max_results=1)
+            found = hits[0] if hits else None
+        if found is None:
+            return None
+        if found.info.lifecycle_stage == "deleted":
+            self.client.restore_run(found.info.run_id)
+        if found.info.status != "RUNNING":
+            self.client.update_run(found.info.run_id, status="RUNNING")
+        return str(found.info.run_id)
+
+    def _search_runs(self, match: Mapping[str, str], max_results: int | None = None) -> list[Any]:
+        filt = " and ".join(f"tags.`{k}` = {_q(v, k)}" for k, v in match.items())
+        out: list[Any] = []
+        token = None
+        while True:
+            page = self.client.search_runs(
+                [self.experiment_id],
+                filter_string=filt,
+                max_results=max_results or 1000,
+                order_by=["attributes.start_time ASC"],
+                page_token=token,
+            )
+            out.extend(page)
+            token = page.token
+            if not token or (max_results and len(out) >= max_results):
+                return out
+
+    def _set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in _tags(tags).items()])
+
+    def _log_missing_params(self, run_id: str, params: Mapping[str, str]) -> None:
+        from mlflow.entities import Param
+
+        have = self.client.get_run(run_id).data.params
+        new = [Param(k, v) for k, v in params.items() if k not in have]
+        for i in range(0, len(new), 100):  # log_batch takes at most 100 params per call
+            self.client.log_batch(run_id, params=new[i : i + 100])
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Log metric values at ``step`` (0 if None); keys are cleaned to MLflow's allowed characters."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(_clean_key(k), float(v), now, int(step or 0)) for k, v in metrics.items()]
+        for i in range(0, len(batch), 1000):
+            self.client.log_batch(run_id, metrics=batch[i : i + 1000])
+
+    def end(self, run_id: str, status: str = "FINISHED") -> None:
+        """Close a run: ``FINISHED``, ``FAILED`` or ``KILLED``."""
+        if status not in {"FINISHED", "FAILED", "KILLED"}:
+            raise ValueError(f"run status {status!r} is not one of FINISHED, FAILED, KILLED")
+        self.client.set_terminated(run_id, status=status)
+
+    # ------------------------------------------------------------------------------------------------- artifacts
+    def log_harness(
+        self,
+        run_id: str,
+        sha: str,
+        text: str,
+        *,
+        name: str,
+        parent_sha: str | None,
+        status: str,
+        score: float | None,
+        reason: str | None = None,
+    ) -> str:
+        """Store a harness text as ``harnesses/<sha12>-<status>.yaml`` and tag the run ``whale.harness.<sha12>``.
+
+        The file's first line is a YAML comment holding a JSON record (sha, name, status, score, parent, reason;
+        read it back with ``parse_harness_artifact``); the rest is the harness text unchanged. ``status`` is a slug
+        (``candidate``, ``accepted``, ``rejected``, ``invalid``, ...). Logging the same sha+status twice writes once.
+        Returns the artifact path.
+        """
+        if not _SLUG.match(status):
+            raise ValueError(f"harness status {status!r} must be letters, digits, '_' or '-'")
+        path = harness_artifact_path(sha, status)
+        score_txt = "none" if score is None or math.isnan(score) else f"{score:.4f}"
+        tag = f"{status} score={score_txt} parent={(parent_sha or 'none')[:12]} name={name}"
+        self._set_tags(run_id, {f"whale.harness.{sha[:12]}": tag})
+        if any(f.path == path for f in self.client.list_artifacts(run_id, HARNESS_DIR)):
+            return path
+        record = {
+            "sha": sha,
+            "name": name,
+            "status": status,
+            "score": score,
+            "parent": parent_sha,
+            "reason": reason,
+        }
+        body = text if text.endswith("\n") else text + "\n"
+        self.client.log_text(run_id, f"{HEADER_PREFIX}{json.dumps(record, sort_keys=True)}\n{body}", path)
+        return path
+
+    def read_harness(self, run_id: str, artifact_path: str) -> tuple[dict[str, Any], str]:
+        """Download a harness artifact and return (record, harness text)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            local = self.client.download_artifacts(run_id, artifact_path, tmp)
+            return parse_harness_artifact(Path(local).read_text(encoding="utf-8"))
+
+    def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
+        """Store ``text`` as the run artifact ``artifact_file`` (e.g. ``reports/summary.md``)."""
+        self.client.log_text(run_id, text, artifact_file)
+
+    def log_figure(self, run_id: str, fig_or_png_path: Figure | str | Path, artifact_file: str) -> None:
+        """Store a matplotlib Figure (saved as PNG) or an existing image file as the artifact ``artifact_file``."""
+        if isinstance(fig_or_png_path, str | Path):
+            src = Path(fig_or_png_path)
+            if not src.is_file():
+                raise FileNotFoundError(f"figure file {src} does not exist")
+            directory, _, filename = artifact_file.rpartition("/")
+            with tempfile.TemporaryDirectory() as tmp:
+                dst = Path(tmp) / filename
+                shutil.copyfile(src, dst)
+                self.client.log_artifact(run_id, str(dst), directory or None)
+            return
+        self.client.log_figure(run_id, fig_or_png_path, artifact_file)
+
+    # ------------------------------------------------------------------------------------------------- checkpoints
+    def log_checkpoint(
+        self,
+        run_id: str,
+        checkpoint_dir: Path,
+        *,
+        checkpoint_id: str,
+        harness_sha: str,
+        parent_checkpoint_id: str | None,
+        step: int | None = None,
+    ) -> str:
+        """Store a checkpoint directory as a Logged Model of ``run_id``; returns the model id.
+
+        Tags: ``whale.checkpoint_id``, ``whale.harness_sha`` (the harness it was trained against), ``whale.run_id``,
+        ``whale.parent_checkpoint_id`` (absent for a root checkpoint), ``whale.step``; the same as model params (the
+        UI shows those; the root's parent param is ``"none"``). Idempotent by checkpoint id:
+        a READY model with that tag is returned as is; a PENDING one (upload interrupted) is uploaded again.
+        """
+        from mlflow.entities import LoggedModelOutput
+
+        checkpoint_dir = Path(checkpoint_dir)
+        if not checkpoint_dir.is_dir():
+            raise FileNotFoundError(f"checkpoint directory {checkpoint_dir} does not exist")
+        found = self._search_models({"whale.checkpoint_id": checkpoint_id}, max_results=1)
+        if found and str(found[0].status) == "READY":
+            return str(found[0].model_id)
+        if found:
+            model_id = str(found[0].model_id)
+        else:
+            whale_run_id = self.client.get_run(run_id).data.tags.get("whale.run_id", "")
+            tags = {
+                "whale.checkpoint_id": checkpoint_id,
+                "whale.harness_sha": harness_sha,
+                "whale.run_id": whale_run_id,
+                "whale.step": str(step if step is not None else 0),
+            }
+            if parent_checkpoint_id:
+                tags["whale.parent_checkpoint_id"] = parent_checkpoint_id
+            model = self.client.create_logged_model(
+                self.experiment_id,
+                name=_model_name(checkpoint_id),
+                source_run_id=run_id,
+                tags=tags,
+                # the MLflow UI's logged-model page lists params (not tags): mirror the lineage there too
+                params={**tags, "whale.parent_checkpoint_id": parent_checkpoint_id or "none"},
+                model_type="whale-checkpoint",
+            )
+            model_id = str(model.model_id)
+        self.client.log_model_artifacts(model_id, str(checkpoint_dir))
+        self.client.finalize_logged_model(model_id, "READY")
+        self.client.log_outputs(run_id, [LoggedModelOutput(model_id, int(step or 0))])
+        return model_id
+
+    def _search_models(self, match: Mapping[str, str], max_results: int | None = None) -> list[Any]:
+        filt = " AND ".join(f"tags.`{k}` = {_q(v, k)}" for k, v in match.items())
+        out: list[Any] = []
+        token = None
+        while True:
+            page = self.client.search_logged_models(
+                [self.experiment_id],
+                filter_string=filt,
+                max_results=max_results or 100,
+                order_by=[{"field_name": "creation_time", "ascending": True}],
+                page_token=token,
+            )
+            out.extend(page)
+            token = page.token
+            if not token or (max_results and len(out) >= max_results):
+                return out
+
+    # ------------------------------------------------------------------------------------------------- read side
+    def runs_of(self, whale_run_id: str) -> list[Any]:
+        """The parent run and the leg runs of a WHALE run (``mlflow.entities.Run``), oldest first."""
+        return self._search_runs({"whale.run_id": whale_run_id})
+
+    def checkpoints_of(self, whale_run_id: str) -> list[Any]:
+        """The checkpoints (``mlflow.entities.LoggedModel``, with ``.tags``) of a WHALE run, oldest first."""
+        return self._search_models({"whale.run_id": whale_run_id})
+
+
+def _model_name(checkpoint_id: str) -> str:
+    """A Logged Model name for a checkpoint: ``ckpt-<id>`` with the characters MLflow refuses replaced."""
+    name = checkpoint_id if checkpoint_id.startswith("ckpt") else f"ckpt-{checkpoint_id}"
+    return re.sub(r"[/:.%\"'\s]", "-", name)[:200]
+
+
+def _tags(tags: Mapping[str, Any]) -> dict[str, str]:
+    return {_clean_key(k): str(v)[:_TAG_MAX] for k, v in tags.items()}
+
+
+def _default_uri() -> str:
+    return f"sqlite:///{whale_home() / 'mlflow.db'}"
+
+
+def _default_artifact_location(tracking_uri: str) -> str | None:
+    """Artifacts of a local SQLite store live next to it (``mlartifacts/``); a DB store without a server gets
+    ``$WHALE_HOME/mlartifacts``; a tracking server decides for itself (None)."""
+    if tracking_uri.startswith(("http://", "https://", "databricks")):
+        return None
+    if tracking_uri.startswith("sqlite:///") and tracking_uri != "sqlite:///:memory:":
+        return (Path(tracking_uri[len("sqlite:///") :]).resolve().parent / "mlartifacts").as_uri()
+    return (whale_home() / "mlartifacts").as_uri()
+
+
+# ------------------------------------------------------------------------------------------------------- figures
+def metric_curve_figure(
+    points: Sequence[tuple[float, float]],
+    boundaries: Sequence[tuple[float, str]],
+    *,
+    metric: str = "val metric",
+    title: str | None = None,
+) -> Figure:
+    """The metric over rollouts spent, with a dashed vertical line where each leg starts, labeled by its kind.
+
+    ``points``: (rollouts spent, metric value); ``boundaries``: (rollouts spent when the leg started, ``"weights"``
+    or ``"harness"``). Uses the Agg canvas directly (no pyplot state, safe in worker threads).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    if points:
+        xs, ys = zip(*sorted(points), strict=True)
+        ax.plot(xs, ys, marker="o", color="black", linewidth=1.5, markersize=3, label=metric)
+    colors = {"weights": "tab:blue", "harness": "tab:orange"}
+    seen: set[str] = set()
+    for x, kind in boundaries:
+        color = colors.get(kind, "tab:gray")
+        ax.axvline(x, color=color, linestyle="--", linewidth=1, label=f"{kind} leg" if kind not in seen else None)
+        ax.annotate(
+            kind,
+            (x, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, -12),
+            textcoords="offset points",
+            fontsize=8,
+            color=color,
+            rotation=90,
+            va="top",
+        )
+        seen.add(kind)
+    ax.set_xlabel("rollouts spent (completions)")
+    ax.set_ylabel(metric)
+    ax.set_title(title or f"{metric} over rollouts spent")
+    ax.grid(alpha=0.3)
+    if points or boundaries:
+        ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig
