@@ -186,8 +186,12 @@ def successive_halving(
     score_fn: Callable[[str, int], list[float]],
     sizes: list[int],
     keep_fraction: float = 0.5,
+    prefetch: Callable[[list[str], int], None] | None = None,
 ) -> HalvingResult:
     """Run successive halving over ``candidates`` with ``score_fn(candidate_id, n)``.
+
+    ``prefetch(alive, n)``, when given, is called at the start of each round with the candidates still alive, so a
+    caller can score them concurrently (e.g. fan out through an orchestrator) before ``score_fn`` reads the results.
 
     Contract for ``score_fn``: it returns ``n`` per-problem scores on the first ``n`` problems of one fixed
     validation ordering, so a later, larger round extends the earlier one and all candidates in a round are paired.
@@ -207,6 +211,8 @@ def successive_halving(
     rounds: list[RoundResult] = []
     for rnd in plan:
         scores: dict[str, list[float]] = {}
+        if prefetch is not None:
+            prefetch(list(alive), rnd.size)
         for cand in alive:
             got = [float(x) for x in score_fn(cand, rnd.size)]
             if len(got) != rnd.size:

@@ -1,0 +1,96 @@
+"""What a WHALE flow carries between iterations, and the handles it opens once per run.
+
+`IterState` is the (policy, incumbent harness, metric) pair an iteration starts from; `RunHandles` opens the archive
+(the source of truth), the MLflow lineage and the run directory. `ReplayArchive` lets a resumed run re-execute an
+iteration the archive already holds as *done* — its tasks come back ``Cached`` — without writing its records twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from whale_core.archive import Archive
+from whale_core.config import WhaleConfig, flatten
+from whale_core.env import whale_home
+from whale_core.lineage import Lineage
+from whale_core.refs import HarnessRef, PolicyRef
+
+
+@dataclass(frozen=True)
+class IterState:
+    policy: PolicyRef
+    harness: HarnessRef
+    metric: float
+    rollouts: int  # completions spent so far (x axis of the curve)
+
+
+@dataclass
+class RunHandles:
+    run_id: str
+    cfg: WhaleConfig
+    archive: Archive
+    lineage: Lineage
+    run_dir: Path
+    mlflow_parent: str
+
+    @classmethod
+    def open(cls, run_id: str, cfg: WhaleConfig) -> RunHandles:
+        archive = Archive(cfg.tracking.archive_url)
+        try:
+            run = archive.get_run(run_id)
+        except LookupError:
+            run = archive.create_run(run_id, cfg.mode, cfg.model_dump(mode="json"), run_id=run_id)
+        lineage = Lineage(cfg.tracking.mlflow_uri, cfg.tracking.experiment)
+        parent = lineage.ensure_run(
+            run_id,
+            run_id,
+            flatten(cfg.model_dump(mode="json")),
+            tags={"whale.mode": cfg.mode, "whale.suite": cfg.suite.name, "whale.model": cfg.model.name},
+            existing_mlflow_run_id=run.mlflow_run_id,
+        )
+        if run.mlflow_run_id != parent:
+            archive.update_run(run_id, mlflow_run_id=parent)
+        run_dir = whale_home() / "runs" / run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return cls(run_id, cfg, archive, lineage, run_dir, parent)
+
+
+class _Stub:
+    """Stands in for a record a replayed write would have returned."""
+
+    id = -1
+
+    def __getattr__(self, name: str) -> Any:
+        return None
+
+
+class ReplayArchive:
+    """Reads pass through to the archive; writes are dropped (the records exist from the first attempt)."""
+
+    _WRITES = (
+        "add_candidate",
+        "set_candidate_status",
+        "record_evaluation",
+        "add_decision",
+        "put_harness",
+        "put_checkpoint",
+        "start_leg",
+        "finish_leg",
+        "fail_leg",
+        "update_run",
+    )
+
+    def __init__(self, archive: Archive):
+        self._archive = archive
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._WRITES:
+            return lambda *args, **kwargs: _Stub()
+        return getattr(self._archive, name)
+
+
+def asdict_shallow(obj: Any) -> dict[str, Any]:
+    return dataclasses.asdict(obj)

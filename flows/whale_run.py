@@ -1,0 +1,178 @@
+"""``whale-run``: a whole WHALE run — initial evaluation, block-ascent iterations until the budget or the iteration
+cap ends, one final test evaluation of the initial and the final (model, harness), and a report.
+
+Entry points used by the CLI: `start_run` (new run), `resume_run` (same run id and config: completed tasks come
+back ``Cached``, the archive and MLflow records are re-attached, not duplicated), `rerun_iteration` (recompute one
+iteration's leg and whatever depends on it). Each call is one Prefect flow run of `whale_run`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from prefect import flow, tags
+
+from flows.common import IterState, RunHandles
+from flows.iteration import block_ascent_iteration
+from tasks import rollout_task
+from whale_core.budget import Budget
+from whale_core.config import WhaleConfig
+from whale_core.harness import Harness
+from whale_core.refs import HarnessRef, PolicyRef
+from whale_core.report import TestScores, write_report
+from whale_core.schedule import LegOutcome
+
+
+def seed_harness(cfg: WhaleConfig) -> Harness:
+    """The run's starting harness: ``cfg.harness`` (a file) or the suite's seed harness."""
+    from tasks.runtime import suite_of
+
+    if cfg.harness:
+        return Harness.from_file(cfg.harness)
+    return Harness.from_text(suite_of(cfg.suite.model_dump(mode="json")).seed_harness)
+
+
+@flow(name="whale-run", persist_result=True, validate_parameters=False)
+def whale_run(
+    run_id: str, config: dict[str, Any], rerun_from: int | None = None, generation: int = 0
+) -> dict[str, Any]:
+    cfg = WhaleConfig.model_validate(config)
+    h = RunHandles.open(run_id, cfg)
+    h.archive.update_run(run_id, status="running")
+    suite_cfg = cfg.suite.model_dump(mode="json")
+    base = PolicyRef.base(cfg.model.name, cfg.model.device)
+    h0 = HarnessRef.of(seed_harness(cfg))
+    traces = str(h.run_dir / "traces")
+    bud = Budget.from_config(cfg.budget)
+    try:
+        with tags("iteration:init"):
+            ev0 = rollout_task(
+                base, h0, suite_cfg, "val", cfg.rollout.val_problems, cfg.seed, cfg.rollout.batch_size, traces
+            )
+        bud.charge("eval", ev0.completions)
+        state = IterState(base, h0, ev0.score, 0)
+        history: list[LegOutcome] = []
+        for i in range(cfg.iterations):
+            if bud.remaining("weights") <= 0:
+                h.archive.add_decision(run_id, i, "stop", "rollout budget spent", {"budget": bud.to_dict()})
+                break
+            res = block_ascent_iteration(
+                run_id,
+                config,
+                i,
+                state,
+                base,
+                history,
+                bud.to_dict(),
+                refresh=rerun_from == i,
+                generation=generation if rerun_from == i else 0,
+            )
+            bud = Budget.from_dict(res.budget)
+            state = res.state
+            history.append(res.outcome)
+            if res.completions == 0 and not res.replayed and bud.remaining(res.outcome.leg) <= 0:
+                h.archive.add_decision(run_id, i, "stop", f"{res.outcome.leg} budget spent", {"budget": bud.to_dict()})
+                break
+        with tags("final"):
+            t0 = rollout_task(
+                base, h0, suite_cfg, "test", cfg.rollout.test_problems, cfg.seed, cfg.rollout.batch_size, traces
+            )
+            t1 = rollout_task(
+                state.policy,
+                state.harness,
+                suite_cfg,
+                "test",
+                cfg.rollout.test_problems,
+                cfg.seed,
+                cfg.rollout.batch_size,
+                traces,
+            )
+        bud.charge("eval", t0.completions + t1.completions)
+        test = TestScores(initial=t0.score, final=t1.score, n=t1.n)
+        md, png = write_report(
+            h.archive,
+            run_id,
+            h.run_dir,
+            initial_metric=ev0.score,
+            test=test,
+            seed_harness=h0.load(),
+            final_harness=state.harness.load(),
+            final_checkpoint=state.policy.checkpoint_id,
+            budget=bud.to_dict(),
+        )
+        h.lineage.log_figure(h.mlflow_parent, png, "metric_curve.png")
+        h.lineage.log_text(h.mlflow_parent, md.read_text(), "report.md")
+        h.lineage.log_harness(
+            h.mlflow_parent,
+            state.harness.sha,
+            state.harness.text,
+            name=state.harness.load().name,
+            parent_sha=state.harness.parent,
+            status="final",
+            score=state.metric,
+        )
+        h.lineage.log_metrics(
+            h.mlflow_parent, {"test_initial": test.initial, "test_final": test.final, "budget_spent": float(bud.spent)}
+        )
+        summary = {
+            "run_id": run_id,
+            "mode": cfg.mode,
+            "test_initial": test.initial,
+            "test_final": test.final,
+            "test_n": test.n,
+            "val_initial": ev0.score,
+            "val_final": state.metric,
+            "report": str(md),
+            "final_harness": state.harness.sha,
+            "final_checkpoint": state.policy.checkpoint_id,
+            "budget": bud.to_dict(),
+            "iterations": len(history),
+            "legs": [o.leg for o in history],
+            "mlflow_run_id": h.mlflow_parent,
+        }
+        (h.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        h.archive.update_run(run_id, status="finished")
+        h.lineage.end(h.mlflow_parent)
+        return summary
+    except BaseException:
+        h.archive.update_run(run_id, status="failed")
+        raise
+
+
+def new_run_id(cfg: WhaleConfig) -> str:
+    return f"{cfg.mode}-s{cfg.seed}-{uuid.uuid4().hex[:8]}"
+
+
+def start_run(cfg: WhaleConfig, run_id: str | None = None) -> dict[str, Any]:
+    """A new run (the archive record is created before the flow starts, so ``whale resume`` can find it)."""
+    from whale_core.archive import Archive
+
+    rid = run_id or new_run_id(cfg)
+    Archive(cfg.tracking.archive_url).create_run(rid, cfg.mode, cfg.model_dump(mode="json"), run_id=rid)
+    return whale_run(rid, cfg.model_dump(mode="json"))
+
+
+def _stored_config(run_id: str, archive_url: str | None = None) -> dict[str, Any]:
+    from whale_core.archive import Archive
+
+    return Archive(archive_url).get_run(run_id).config
+
+
+def resume_run(run_id: str, archive_url: str | None = None) -> dict[str, Any]:
+    """Continue a stopped or crashed run with its stored config; completed tasks come back ``Cached``."""
+    return whale_run(run_id, _stored_config(run_id, archive_url))
+
+
+def rerun_iteration(run_id: str, iteration: int, archive_url: str | None = None) -> dict[str, Any]:
+    """Recompute iteration ``iteration``'s leg (its tasks refresh their cache) and whatever depends on it."""
+    from whale_core.archive import Archive
+
+    archive = Archive(archive_url)
+    config = archive.get_run(run_id).config
+    generation = 1 + sum(1 for d in archive.decisions(run_id) if d.kind == "rerun" and d.iteration == iteration)
+    archive.add_decision(
+        run_id, iteration, "rerun", f"rerun of iteration {iteration} requested", {"generation": generation}
+    )
+    return whale_run(run_id, config, rerun_from=iteration, generation=generation)

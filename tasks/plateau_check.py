@@ -1,0 +1,15 @@
+"""``plateau-check``: the scheduler's decision for the next leg, from the metric history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+
+from tasks.cache import content_cache_key
+from whale_core.schedule import Decision, LegOutcome, ScheduleConfig, make_scheduler
+
+
+@task(name="plateau-check", cache_key_fn=content_cache_key(), persist_result=True)
+def plateau_check(history: list[LegOutcome], mode: str, schedule: dict[str, Any], iteration: int) -> Decision:
+    return make_scheduler(mode, ScheduleConfig.model_validate(schedule)).next_leg(history)

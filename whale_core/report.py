@@ -1,0 +1,98 @@
+"""The run report: what a WHALE run did, leg by leg, and what it reached on the held-out test split.
+
+Built from the archive (the source of truth) plus the final test evaluations: a Markdown summary with the initial vs
+final (model, harness) test scores, a table of legs (kind, decision reason, val score, budget), the harness diff
+from the seed to the final incumbent, and the metric-over-rollouts figure with leg boundaries marked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from whale_core.archive import Archive
+
+
+@dataclass(frozen=True)
+class TestScores:
+    initial: float
+    final: float
+    n: int
+
+
+def curve_points(
+    archive: Archive, run_id: str, initial_metric: float
+) -> tuple[list[tuple[float, float]], list[tuple[float, str]]]:
+    """(rollouts spent, val metric) after each finished leg, and (rollouts at leg start, kind) boundaries."""
+    points: list[tuple[float, float]] = [(0.0, initial_metric)]
+    bounds: list[tuple[float, str]] = []
+    spent = 0.0
+    for leg in sorted((x for x in archive.legs(run_id) if x.status == "done"), key=lambda x: x.iteration):
+        bounds.append((spent, leg.kind))
+        spent += leg.budget_used
+        points.append((spent, float(leg.metrics.get("val_score", float("nan")))))
+    return points, bounds
+
+
+def write_report(
+    archive: Archive,
+    run_id: str,
+    out_dir: Path,
+    *,
+    initial_metric: float,
+    test: TestScores,
+    seed_harness: Any,
+    final_harness: Any,
+    final_checkpoint: str,
+    budget: dict[str, Any],
+) -> tuple[Path, Path]:
+    """Write ``report.md`` and ``metric_curve.png`` into ``out_dir``; return both paths."""
+    from whale_core.lineage import metric_curve_figure
+
+    run = archive.get_run(run_id)
+    points, bounds = curve_points(archive, run_id, initial_metric)
+    fig = metric_curve_figure(points, bounds, metric="val score", title=f"WHALE run {run_id} ({run.mode})")
+    png = out_dir / "metric_curve.png"
+    fig.savefig(png)
+    decisions = {(d.iteration, d.kind): d.reason for d in archive.decisions(run_id)}
+    lines = [
+        f"# WHALE run `{run_id}`",
+        "",
+        f"mode **{run.mode}**; final checkpoint `{final_checkpoint}`; final harness `{final_harness.sha[:12]}` "
+        f"({final_harness.name})",
+        "",
+        "| | test score | n |",
+        "|---|---|---|",
+        f"| initial (base model, seed harness) | {test.initial:.4f} | {test.n} |",
+        f"| final (trained model, final harness) | {test.final:.4f} | {test.n} |",
+        f"| change | {test.final - test.initial:+.4f} | |",
+        "",
+        "## Legs",
+        "",
+        "| iter | leg | status | why | val before | val after | completions |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for leg in sorted(archive.legs(run_id), key=lambda x: (x.iteration, x.id)):
+        m = leg.metrics
+        why = decisions.get((leg.iteration, "switch")) or decisions.get((leg.iteration, "continue")) or ""
+        lines.append(
+            f"| {leg.iteration} | {leg.kind} | {leg.status} | {why} | {m.get('val_score_before', float('nan')):.4f} "
+            f"| {m.get('val_score', float('nan')):.4f} | {leg.budget_used} |"
+        )
+    lines += [
+        "",
+        f"Budget: {budget}",
+        "",
+        "## Harness: seed → final",
+        "",
+        "```diff",
+        seed_harness.diff(final_harness) or "(unchanged)",
+        "```",
+        "",
+        "![metric over rollouts](metric_curve.png)",
+        "",
+    ]
+    md = out_dir / "report.md"
+    md.write_text("\n".join(lines))
+    return md, png
