@@ -16,3 +16,63 @@ os.environ["WHALE_HOME"] = str(TEST_HOME)
 from whale_core.env import setup_offline_env  # noqa: E402
 
 setup_offline_env(TEST_HOME)
+
+
+# ----------------------------------------------------------------------------------------- models (shared fixtures)
+# `tiny_model_dir` / `tiny_policy`: the default built-in tiny model (built once per test home, then cached across
+# sessions by its recipe hash). `micro_model_dir` / `micro_policy`: a random-init ~40k-parameter char-level Llama with
+# the tiny model's tokenizer, for tests that only need *a* model (fast, no build).
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    from whale_core.models.tiny import build_tiny_model
+
+    return build_tiny_model(TEST_HOME)
+
+
+@pytest.fixture(scope="session")
+def tiny_policy(tiny_model_dir: Path):  # type: ignore[no-untyped-def]
+    from whale_core.models.policy import load_policy
+
+    return load_policy(tiny_model_dir, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def micro_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from whale_core.models.tiny import make_tokenizer
+
+    path = tmp_path_factory.mktemp("micro-model")
+    tok = make_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, max_position_embeddings=256, pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, tie_word_embeddings=True,
+    )  # fmt: skip
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def micro_policy(micro_model_dir: Path):  # type: ignore[no-untyped-def]
+    from whale_core.models.policy import load_policy
+
+    return load_policy(micro_model_dir, device="cpu")
+
+
+@pytest.fixture(autouse=True)
+def _no_silent_cache_key_failures():  # type: ignore[no-untyped-def]
+    """Prefect disables caching silently when a cache key cannot be computed: fail the test instead."""
+    from tasks.cache import KEY_FAILURES
+
+    KEY_FAILURES.clear()
+    yield
+    assert not KEY_FAILURES, f"cache keys could not be computed: {KEY_FAILURES}"

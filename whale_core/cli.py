@@ -461,3 +461,7 @@ def config_cmd(
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+if __name__ == "__main__":
+    main()

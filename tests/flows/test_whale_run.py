@@ -1,0 +1,168 @@
+"""Real tiny WHALE runs through Prefect, checked from Prefect's task-run states and from MLflow itself.
+
+Each run is a `whale` subprocess with its own project home; the tiny model is the session's."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flow_helpers import REPO, SMALL, make_home, now, task_states, whale
+
+pytestmark = pytest.mark.slow
+
+
+def _sets(extra: list[str] | None = None) -> list[str]:
+    args: list[str] = []
+    for item in SMALL + (extra or []):
+        args += ["--set", item]
+    return args
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> dict[str, Any]:
+    env = make_home(tmp_path_factory.mktemp("e2e"), models_dir)
+    started = now()
+    res = whale(env, "run", "--run-id", "e2e", *_sets())
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "test score" in res.stdout
+    return {"env": env, "home": Path(env["WHALE_HOME"]), "run_id": "e2e", "started": started, "out": res.stdout}
+
+
+def _client(home: Path) -> Any:
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+
+
+def _runs(home: Path, run_id: str) -> list[Any]:
+    client = _client(home)
+    exp = client.get_experiment_by_name("whale")
+    assert exp is not None
+    return list(client.search_runs([exp.experiment_id], filter_string=f"tags.`whale.run_id` = '{run_id}'"))
+
+
+def _harness_artifacts(home: Path, runs: list[Any]) -> dict[str, str]:
+    """sha12 → status of every harness artifact in the run tree."""
+    client = _client(home)
+    found: dict[str, str] = {}
+    for r in runs:
+        for art in client.list_artifacts(r.info.run_id, "harnesses"):
+            stem = Path(art.path).stem
+            sha12, _, status = stem.partition("-")
+            found[sha12] = status
+    return found
+
+
+def test_lineage_is_complete_in_mlflow(finished_run: dict[str, Any]) -> None:
+    home, run_id = finished_run["home"], finished_run["run_id"]
+    runs = _runs(home, run_id)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1
+    assert sorted(r.data.tags["whale.leg"] for r in children) == ["harness", "weights"]
+    for child in children:
+        assert child.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        assert "val_score" in child.data.metrics and "budget_used" in child.data.metrics
+    weights_child = next(c for c in children if c.data.tags["whale.leg"] == "weights")
+    assert _client(home).get_metric_history(weights_child.info.run_id, "reward"), "per-step GRPO reward missing"
+    assert {"test_initial", "test_final", "val_score"} <= set(parents[0].data.metrics)
+
+    harnesses = _harness_artifacts(home, runs)
+    models = _client(home).search_logged_models(
+        experiment_ids=[parents[0].info.experiment_id], filter_string=f"tags.`whale.run_id` = '{run_id}'"
+    )
+    assert len(models) == 1
+    ckpt_ids = {m.tags["whale.checkpoint_id"] for m in models}
+    for m in models:
+        assert m.tags["whale.harness_sha"][:12] in harnesses, "checkpoint's harness tag points to no artifact"
+        parent = m.tags.get("whale.parent_checkpoint_id")
+        assert parent is None or parent in ckpt_ids
+    # every logged harness's parent is another logged harness, or it is a root (the seed)
+    client = _client(home)
+    for r in runs:
+        for art in client.list_artifacts(r.info.run_id, "harnesses"):
+            record = client.download_artifacts(r.info.run_id, art.path)
+            header = Path(record).read_text().splitlines()[0]
+            import json
+
+            meta = json.loads(header.split(":", 1)[1])
+            if meta["parent"] is not None and meta["status"] != "rejected":
+                assert meta["parent"][:12] in harnesses, f"harness {meta['sha'][:12]} has a dangling parent"
+
+
+def test_rerun_recomputes_only_that_leg(finished_run: dict[str, Any]) -> None:
+    env, run_id = finished_run["env"], finished_run["run_id"]
+    since = now()
+    res = whale(env, "rerun", run_id, "--iteration", "1")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    states = task_states(env, since)
+    by_iter: dict[str, Counter[str]] = {}
+    for s in states:
+        it = next((t for t in s["tags"] if t.startswith("iteration:")), "none")
+        by_iter.setdefault(it, Counter())[s["state"]] += 1
+    assert set(by_iter["iteration:0"]) == {"Cached"}, by_iter
+    assert set(by_iter["iteration:init"]) == {"Cached"}, by_iter
+    assert "Cached" not in by_iter["iteration:1"] and by_iter["iteration:1"]["Completed"] >= 2, by_iter
+
+
+def _legs_done(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db, timeout=5) as con:
+            return int(con.execute("select count(*) from legs where status='done'").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def test_sigkill_then_resume_finishes_with_cached_work(tmp_path: Path, models_dir: Path) -> None:
+    env = make_home(tmp_path, models_dir)
+    home = Path(env["WHALE_HOME"])
+    args = ["run", "--run-id", "crash", *_sets(["iterations=3", "weights.steps=40"])]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "whale_core.cli", *args],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.time() + 600
+    try:
+        while _legs_done(home / "whale.db") < 1:
+            assert proc.poll() is None, "the run ended before it could be killed"
+            assert time.time() < deadline, "no leg finished within 10 minutes"
+            time.sleep(1)
+        time.sleep(3)  # into the weights leg
+        assert proc.poll() is None
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the run and its ephemeral Prefect server, as a crash would
+        proc.wait()
+    assert _legs_done(home / "whale.db") < 3
+    since = now()
+    res = whale(env, "resume", "crash")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    states = task_states(env, since)
+    iter0 = [s["state"] for s in states if "iteration:0" in s["tags"]]
+    init = [s["state"] for s in states if "iteration:init" in s["tags"]]
+    assert iter0 and set(iter0) == {"Cached"}, states
+    assert init == ["Cached"], states
+    runs = _runs(home, "crash")
+    keys = Counter((r.data.tags.get("whale.kind"), r.data.tags.get("whale.iteration")) for r in runs)
+    assert all(v == 1 for v in keys.values()), f"duplicate MLflow runs: {keys}"
+    assert sum(1 for r in runs if r.data.tags.get("whale.kind") == "leg") == 3
+    client = _client(home)
+    for m in client.search_logged_models(
+        experiment_ids=[runs[0].info.experiment_id], filter_string="tags.`whale.run_id` = 'crash'"
+    ):
+        assert str(m.status).endswith("READY"), m.status
+        assert client.list_logged_model_artifacts(m.model_id), "checkpoint without artifacts"
