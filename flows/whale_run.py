@@ -25,6 +25,29 @@ from whale_core.report import TestScores, write_report
 from whale_core.schedule import LegOutcome
 
 
+def task_runner(cfg: WhaleConfig) -> Any:
+    """The task runner candidate scoring fans out on (see `OrchestrationConfig`)."""
+    orch = cfg.orchestration
+    if orch.task_runner == "dask":
+        try:
+            from prefect_dask import DaskTaskRunner
+        except ImportError as exc:
+            raise RuntimeError("orchestration.task_runner=dask needs prefect-dask: pip install -e '.[dask]'") from exc
+        if orch.dask_address:
+            return DaskTaskRunner(address=orch.dask_address)
+        return DaskTaskRunner(
+            cluster_kwargs={
+                "n_workers": orch.max_workers,
+                "threads_per_worker": 1,
+                "processes": True,
+                "dashboard_address": None,
+            }
+        )
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    return ThreadPoolTaskRunner(max_workers=orch.max_workers)
+
+
 def seed_harness(cfg: WhaleConfig) -> Harness:
     """The run's starting harness: ``cfg.harness`` (a file) or the suite's seed harness."""
     from tasks.runtime import suite_of
@@ -58,7 +81,7 @@ def whale_run(
             if bud.remaining("weights") <= 0:
                 h.archive.add_decision(run_id, i, "stop", "rollout budget spent", {"budget": bud.to_dict()})
                 break
-            res = block_ascent_iteration(
+            res = block_ascent_iteration.with_options(task_runner=task_runner(cfg))(
                 run_id,
                 config,
                 i,

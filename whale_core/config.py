@@ -53,6 +53,18 @@ class RolloutConfig(BaseModel):
     test_problems: int = Field(500, ge=1, description="test problems in the final evaluation")
 
 
+class OrchestrationConfig(BaseModel):
+    """How candidate scoring fans out: Prefect's thread pool (default), or a Dask cluster through ``prefect-dask``
+    (``pip install -e '.[dask]'``): a local cluster of ``max_workers`` processes, or an existing one at
+    ``dask_address`` (``tcp://host:8786``) whose workers can reach the same model paths and Prefect API."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_runner: Literal["threads", "dask"] = "threads"
+    max_workers: int = Field(2, ge=1, le=256)
+    dask_address: str | None = None
+
+
 class TrackingConfig(BaseModel):
     """Where state goes. ``None`` means the embedded default under ``$WHALE_HOME`` (SQLite, MLflow on SQLite)."""
 
@@ -80,6 +92,7 @@ class WhaleConfig(BaseModel):
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
 
 
 def _model_at(loc: Iterable[Any]) -> type[BaseModel] | None:
