@@ -155,9 +155,14 @@ def test_prefect_yaml_deploys_whale_run_to_the_compose_pool() -> None:
     model = PrefectYamlModel.model_validate(raw)
     by_name = {d.name: d for d in model.deployments}
     assert set(by_name) == {"whale-run-nightly", "whale-run-local"}
+    import inspect
+
+    from flows.scheduled import scheduled_run
+
+    accepted = set(inspect.signature(scheduled_run.fn).parameters)
     for dep in by_name.values():
-        assert dep.entrypoint == "flows/whale_run.py:whale_run"
-        assert set(dep.parameters) == {"config_path", "overrides"}
+        assert dep.entrypoint == "flows/scheduled.py:scheduled_run"
+        assert set(dep.parameters) <= accepted, "prefect.yaml parameters must match the flow's signature"
     nightly = by_name["whale-run-nightly"]
     assert nightly.work_pool is not None
     assert nightly.work_pool.name == _env_example()["WHALE_WORK_POOL"]

@@ -405,11 +405,12 @@ def deploy_cmd(
     setup_offline_env()
     from whale_core.config import load_config
 
-    cfg = load_config(config, set_ or [])
+    load_config(config, set_ or [])  # validate now, not at 03:00
     from flows.scheduled import scheduled_run
 
     _console().print(f"serving deployment '{name}' with cron '{cron}' (Ctrl-C stops)")
-    scheduled_run.serve(name=name, cron=cron, parameters={"config": cfg.model_dump(mode="json")})
+    params = {"config_path": str(config.resolve()) if config else None, "overrides": list(set_ or [])}
+    scheduled_run.serve(name=name, cron=cron, parameters=params)
 
 
 @app.command("ui")

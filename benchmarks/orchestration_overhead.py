@@ -1,0 +1,143 @@
+"""Orchestration overhead: what Prefect + MLflow cost on top of the work of a WHALE run, and what a cached re-run costs.
+
+Three timings, each a fresh `python` process so imports and start-up are counted alike:
+
+1. ``whale run`` (Prefect flows and tasks, ephemeral Prefect server, archive, MLflow lineage) in a fresh home;
+2. the same computation as a plain loop calling `whale_core` directly (no Prefect, no MLflow; archive kept because
+   the harness leg needs it), with the leg sequence the orchestrated run's scheduler chose;
+3. ``whale resume`` of the finished run: every task comes back Cached.
+
+Prints the overhead share ``(1 - 2) / 1`` (target ≤ 3 %) and the cached re-run share ``3 / 1`` (target ≤ 5 %).
+
+    python benchmarks/orchestration_overhead.py                      # the embedded default run
+    python benchmarks/orchestration_overhead.py --set iterations=2   # any `whale run` overrides
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env(home: Path, models: Path | None) -> dict[str, str]:
+    home.mkdir(parents=True, exist_ok=True)
+    if models is not None and not (home / "models").exists():
+        (home / "models").symlink_to(models)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_TRACKING"))}
+    env.update(WHALE_HOME=str(home), PREFECT_HOME=str(home / "prefect"))
+    return env
+
+
+def _timed(cmd: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    if res.returncode != 0:
+        sys.exit(f"command failed: {' '.join(cmd)}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}")
+    return wall
+
+
+def plain(overrides: list[str], legs: list[str]) -> None:
+    """The reference: the same legs, evaluations and final test evaluation, called directly."""
+    from whale_core.archive import Archive
+    from whale_core.budget import Budget
+    from whale_core.config import load_config
+    from whale_core.env import setup_offline_env, whale_home
+    from whale_core.harness import Harness
+    from whale_core.refs import PolicyRef
+    from whale_core.rollout import rollout
+    from whale_core.search import run_harness_leg, validation_order
+    from whale_core.suites import load_suite
+    from whale_core.weights import train_weights_leg
+
+    setup_offline_env()
+    cfg = load_config(None, overrides)
+    suite = load_suite(cfg.suite)
+    harness = Harness.from_text(suite.seed_harness)
+    base = PolicyRef.base(cfg.model.name, cfg.model.device)
+    policy_ref = base
+    policy = base.load()
+    val = validation_order(suite, cfg.seed)[: cfg.rollout.val_problems]
+    test = list(suite.problems("test"))[: cfg.rollout.test_problems]
+    archive = Archive()
+    run = archive.create_run("plain", cfg.mode, {})
+    budget = Budget.from_config(cfg.budget)
+    rollout(policy, harness, suite, val, batch_size=cfg.rollout.batch_size, seed=cfg.seed)
+    parent = None
+    for i, leg in enumerate(legs):
+        out = whale_home() / "plain" / f"iter-{i}"
+        if leg == "weights":
+            res = train_weights_leg(
+                base.load(trainable=True),
+                harness,
+                suite,
+                cfg.weights,
+                out_dir=out,
+                max_completions=budget.remaining("weights"),
+                parent_checkpoint=parent,
+            )
+            parent = res.checkpoint
+            policy_ref = PolicyRef.of_checkpoint(base, res.checkpoint)
+            policy = policy_ref.load()
+        else:
+            hl = run_harness_leg(
+                policy=policy,
+                policy_id=policy_ref.checkpoint_id,
+                incumbent=harness,
+                suite=suite,
+                cfg=cfg.search,
+                archive=archive,
+                run_id=run.id,
+                leg_id=None,
+                iteration=i,
+                seed=cfg.seed,
+                traces_dir=out,
+                batch_size=cfg.rollout.batch_size,
+                budget=budget,
+            )
+            harness = hl.incumbent_out
+        rollout(policy, harness, suite, val, batch_size=cfg.rollout.batch_size, seed=cfg.seed)
+    rollout(base.load(), Harness.from_text(suite.seed_harness), suite, test, batch_size=cfg.rollout.batch_size)
+    rollout(policy, harness, suite, test, batch_size=cfg.rollout.batch_size)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--set", action="append", default=[], help="whale run override (repeatable)")
+    ap.add_argument("--plain-legs", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.plain_legs is not None:
+        plain(args.set, [x for x in args.plain_legs.split(",") if x])
+        return
+    from whale_core.env import whale_home
+
+    models = whale_home() / "models"
+    sets = [x for s in args.set for x in ("--set", s)]
+    with tempfile.TemporaryDirectory(prefix="whale-bench-") as tmp:
+        home = Path(tmp) / "orchestrated"
+        env = _env(home, models if models.exists() else None)
+        # build the tiny model outside the timings (it is cached under the shared models dir)
+        _timed([sys.executable, "-c", "from whale_core.refs import PolicyRef; PolicyRef.base('tiny')"], env)
+        t_flow = _timed([sys.executable, "-m", "whale_core.cli", "run", "--run-id", "bench", *sets], env)
+        summary = json.loads((home / "runs" / "bench" / "summary.json").read_text())
+        t_cached = _timed([sys.executable, "-m", "whale_core.cli", "resume", "bench"], env)
+        penv = _env(Path(tmp) / "plain", models if models.exists() else None)
+        t_plain = _timed([sys.executable, __file__, "--plain-legs", ",".join(summary["legs"]), *sets], penv)
+    print(f"legs: {' → '.join(summary['legs'])}")
+    print(f"{'whale run (Prefect + MLflow)':34s} {t_flow:8.1f} s")
+    print(f"{'plain loop (whale_core only)':34s} {t_plain:8.1f} s")
+    print(f"{'whale resume (all cached)':34s} {t_cached:8.1f} s")
+    print(f"orchestration overhead share: {(t_flow - t_plain) / t_flow:6.1%}   (target <= 3%)")
+    print(f"cached re-run share:          {t_cached / t_flow:6.1%}   (target <= 5%)")
+
+
+if __name__ == "__main__":
+    main()
