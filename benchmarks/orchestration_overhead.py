@@ -124,8 +124,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="whale-bench-") as tmp:
         home = Path(tmp) / "orchestrated"
         env = _env(home, models if models.exists() else None)
-        # build the tiny model outside the timings (it is cached under the shared models dir)
-        _timed([sys.executable, "-c", "from whale_core.refs import PolicyRef; PolicyRef.base('tiny')"], env)
+        # build the configured model (the tiny one: cached under the shared models dir) outside the timings
+        from whale_core.config import load_config
+
+        model = load_config(None, args.set).model.name
+        _timed([sys.executable, "-c", f"from whale_core.refs import PolicyRef; PolicyRef.base({model!r})"], env)
         t_flow = _timed([sys.executable, "-m", "whale_core.cli", "run", "--run-id", "bench", *sets], env)
         summary = json.loads((home / "runs" / "bench" / "summary.json").read_text())
         t_cached = _timed([sys.executable, "-m", "whale_core.cli", "resume", "bench"], env)
