@@ -23,9 +23,9 @@ from whale_core.archive import (
     EvalSplit,
     RecordNotFound,
     SchemaVersionError,
-    SchemaVersionRow,
     default_url,
 )
+from whale_core.archive.tables import SchemaVersionRow
 
 PG_USERS = ("postgres", "root")
 

@@ -1,43 +1,17 @@
-"""The archive: the SQL store of runs, harnesses, candidates, checkpoints, evaluations, legs and decisions.
-
-It is the source of truth for resume: a resumed run reads its legs, incumbent and completed evaluations from here
-(``find_evaluation`` on the unique key ``(run_id, harness_sha, checkpoint_id, split, subset)``).
-
-- URL: ``Archive(url)``; default ``$WHALE_DB_URL`` if set, else ``sqlite:///$WHALE_HOME/whale.db``. Any SQLAlchemy
-  URL works; SQLite and PostgreSQL (``postgresql+psycopg2://``) are tested.
-- SQLite: WAL, ``busy_timeout`` 30 s and foreign keys on every connection; write transactions start with
-  ``BEGIN IMMEDIATE`` so two processes writing the same file wait for each other instead of failing on a lock
-  upgrade. ``sqlite://`` (memory) uses one shared connection: single-threaded use only.
-- One ``Engine`` per ``Archive``, one short session per method call; methods return frozen dataclass records
-  (never live ORM objects) whose fields mirror the columns (JSON columns stay text; ``.config`` etc. parse them).
-- ``schema_version`` holds the layout version; opening a database written by another version raises
-  ``SchemaVersionError``. Simplified: no migrations yet (version 1).
-- Harness texts are stored once per sha (``harnesses``); every proposal is a ``candidates`` row, since one text can be
-  proposed many times in a run. A text that failed validation is stored too (raw text, sha256 of it) so the rejection
-  and its reason stay on record. ``evaluations.checkpoint_id`` is not a foreign key: it may name the base policy.
-"""
+"""`Archive`: one engine per store, one short session per method call."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any
 
 from sqlalchemy import (
-    DateTime,
     Engine,
-    Float,
-    ForeignKey,
-    Integer,
-    String,
-    Text,
-    UniqueConstraint,
     create_engine,
     event,
     insert,
@@ -46,322 +20,47 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
+from whale_core.archive.records import (
+    CandidateRecord,
+    CheckpointRecord,
+    DecisionRecord,
+    EvaluationRecord,
+    HarnessRecord,
+    LeaderboardRow,
+    LegRecord,
+    RunRecord,
+    ScoredHarness,
+    _dumps,
+    _once_more_on_race,
+    _record,
+)
+from whale_core.archive.tables import (
+    SCHEMA_VERSION,
+    ArchiveError,
+    Base,
+    CandidateRow,
+    CandidateStatus,
+    CheckpointRow,
+    DecisionRow,
+    EvalSplit,
+    EvaluationRow,
+    HarnessRow,
+    LegKind,
+    LegRow,
+    LegStatus,
+    RecordNotFound,
+    RunRow,
+    RunStatus,
+    SchemaVersionError,
+    SchemaVersionRow,
+    _check,
+    _now,
+)
 from whale_core.env import whale_home
 from whale_core.selection import pareto_front
-
-SCHEMA_VERSION = 1
-RunStatus = Literal["running", "finished", "failed", "stopped"]
-CandidateStatus = Literal["proposed", "rejected", "scored", "accepted", "lost"]
-LegKind = Literal["weights", "harness", "eval"]
-LegStatus = Literal["running", "done", "failed"]
-EvalSplit = Literal["train", "val", "test"]
-
-
-class ArchiveError(RuntimeError):
-    """Base class for archive errors."""
-
-
-class SchemaVersionError(ArchiveError):
-    """The database was written with a schema version this code does not read."""
-
-
-class RecordNotFound(ArchiveError, LookupError):
-    """A ``get_*`` lookup named a record that is not in the archive."""
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _check(value: str, allowed: Any, what: str) -> None:
-    if value not in get_args(allowed):
-        raise ValueError(f"invalid {what} {value!r}; expected one of {list(get_args(allowed))}")
-
-
-# ---------------------------------------------------------------------------------------------------------------- ORM
-class Base(DeclarativeBase):
-    pass
-
-
-class SchemaVersionRow(Base):
-    __tablename__ = "schema_version"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    version: Mapped[int] = mapped_column(Integer)
-
-
-class RunRow(Base):
-    __tablename__ = "runs"
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    name: Mapped[str] = mapped_column(String(200))
-    mode: Mapped[str] = mapped_column(String(40))
-    config_json: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(20))
-    created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    updated: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
-    prefect_flow_run_id: Mapped[str | None] = mapped_column(String(64))
-
-
-class HarnessRow(Base):
-    __tablename__ = "harnesses"
-    sha: Mapped[str] = mapped_column(String(64), primary_key=True)
-    text: Mapped[str] = mapped_column(Text)
-    name: Mapped[str | None] = mapped_column(String(200))
-    parent_sha: Mapped[str | None] = mapped_column(String(64))
-    created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-
-
-class LegRow(Base):
-    __tablename__ = "legs"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
-    iteration: Mapped[int] = mapped_column(Integer)
-    kind: Mapped[str] = mapped_column(String(20))
-    status: Mapped[str] = mapped_column(String(20))
-    started: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    finished: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    budget_used: Mapped[int] = mapped_column(Integer)
-    mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
-    incumbent_harness_in: Mapped[str | None] = mapped_column(String(64))
-    incumbent_harness_out: Mapped[str | None] = mapped_column(String(64))
-    checkpoint_in: Mapped[str | None] = mapped_column(String(128))
-    checkpoint_out: Mapped[str | None] = mapped_column(String(128))
-    metrics_json: Mapped[str] = mapped_column(Text)
-
-
-class CandidateRow(Base):
-    __tablename__ = "candidates"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
-    leg_id: Mapped[int | None] = mapped_column(ForeignKey("legs.id"))
-    harness_sha: Mapped[str | None] = mapped_column(ForeignKey("harnesses.sha"))  # None: never parsed
-    raw_text: Mapped[str | None] = mapped_column(Text)  # a proposal's text when it never became a harness
-    parent_sha: Mapped[str | None] = mapped_column(String(64))
-    proposer: Mapped[str] = mapped_column(String(100))
-    status: Mapped[str] = mapped_column(String(20))
-    reason: Mapped[str] = mapped_column(Text)
-    prompt_tokens_per_problem: Mapped[float | None] = mapped_column(Float)
-    created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-
-
-class CheckpointRow(Base):
-    __tablename__ = "checkpoints"
-    id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
-    path: Mapped[str] = mapped_column(Text)
-    parent_id: Mapped[str | None] = mapped_column(String(128))
-    harness_sha: Mapped[str] = mapped_column(ForeignKey("harnesses.sha"))
-    leg_id: Mapped[int | None] = mapped_column(ForeignKey("legs.id"))
-    step: Mapped[int | None] = mapped_column(Integer)
-    created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    mlflow_model_id: Mapped[str | None] = mapped_column(String(64))
-
-
-class EvaluationRow(Base):
-    __tablename__ = "evaluations"
-    __table_args__ = (
-        UniqueConstraint("run_id", "harness_sha", "checkpoint_id", "split", "subset", name="uq_evaluation_key"),
-    )
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
-    harness_sha: Mapped[str] = mapped_column(ForeignKey("harnesses.sha"))
-    checkpoint_id: Mapped[str] = mapped_column(String(128))
-    split: Mapped[str] = mapped_column(String(10))
-    subset: Mapped[str] = mapped_column(String(100))
-    score: Mapped[float] = mapped_column(Float)
-    n: Mapped[int] = mapped_column(Integer)
-    completions: Mapped[int] = mapped_column(Integer)
-    prompt_tokens: Mapped[int] = mapped_column(Integer)
-    completion_tokens: Mapped[int] = mapped_column(Integer)
-    traces_path: Mapped[str | None] = mapped_column(Text)
-    created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-
-
-class DecisionRow(Base):
-    __tablename__ = "decisions"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
-    iteration: Mapped[int] = mapped_column(Integer)
-    kind: Mapped[str] = mapped_column(String(40))
-    reason: Mapped[str] = mapped_column(Text)
-    payload_json: Mapped[str] = mapped_column(Text)
-    created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-
-
-# ------------------------------------------------------------------------------------------------------------ records
-@dataclasses.dataclass(frozen=True)
-class RunRecord:
-    id: str
-    name: str
-    mode: str
-    config_json: str
-    status: str
-    created: datetime
-    updated: datetime
-    mlflow_run_id: str | None
-    prefect_flow_run_id: str | None
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return dict(json.loads(self.config_json))
-
-
-@dataclasses.dataclass(frozen=True)
-class HarnessRecord:
-    sha: str
-    text: str
-    name: str | None
-    parent_sha: str | None
-    created: datetime
-
-
-@dataclasses.dataclass(frozen=True)
-class CandidateRecord:
-    """One proposal. ``harness_sha`` is None for a proposal that never parsed into a harness; ``text`` is the
-    harness text, or that proposal's raw text (None if there was none)."""
-
-    id: int
-    run_id: str
-    leg_id: int | None
-    harness_sha: str | None
-    text: str | None
-    parent_sha: str | None
-    proposer: str
-    status: str
-    reason: str
-    prompt_tokens_per_problem: float | None
-    created: datetime
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckpointRecord:
-    id: str
-    run_id: str
-    path: str
-    parent_id: str | None
-    harness_sha: str
-    leg_id: int | None
-    step: int | None
-    created: datetime
-    mlflow_model_id: str | None
-
-
-@dataclasses.dataclass(frozen=True)
-class EvaluationRecord:
-    id: int
-    run_id: str
-    harness_sha: str
-    checkpoint_id: str
-    split: str
-    subset: str
-    score: float
-    n: int
-    completions: int
-    prompt_tokens: int
-    completion_tokens: int
-    traces_path: str | None
-    created: datetime
-
-
-@dataclasses.dataclass(frozen=True)
-class LegRecord:
-    id: int
-    run_id: str
-    iteration: int
-    kind: str
-    status: str
-    started: datetime
-    finished: datetime | None
-    budget_used: int
-    mlflow_run_id: str | None
-    incumbent_harness_in: str | None
-    incumbent_harness_out: str | None
-    checkpoint_in: str | None
-    checkpoint_out: str | None
-    metrics_json: str
-
-    @property
-    def metrics(self) -> dict[str, Any]:
-        return dict(json.loads(self.metrics_json))
-
-
-@dataclasses.dataclass(frozen=True)
-class DecisionRecord:
-    id: int
-    run_id: str
-    iteration: int
-    kind: str
-    reason: str
-    payload_json: str
-    created: datetime
-
-    @property
-    def payload(self) -> dict[str, Any]:
-        return dict(json.loads(self.payload_json))
-
-
-@dataclasses.dataclass(frozen=True)
-class LeaderboardRow:
-    """One harness's best-covered evaluation (largest ``n``, then latest) for a run, checkpoint and split."""
-
-    harness_sha: str
-    name: str | None
-    score: float
-    n: int
-    subset: str
-    prompt_tokens_per_problem: float  # evaluation prompt_tokens / n
-    status: str  # "accepted" if ever accepted in the run, else the latest candidate status; "evaluated": no candidate
-    parent_sha: str | None
-    pareto: bool  # on the front of score (max) vs prompt tokens per problem (min), among all evaluated harnesses
-
-
-@dataclasses.dataclass(frozen=True)
-class ScoredHarness:
-    """A leaderboard row with the harness text (what a proposer is shown); ``prompt_tokens`` is per problem."""
-
-    sha: str
-    name: str | None
-    text: str
-    score: float
-    n: int
-    status: str
-    parent_sha: str | None
-    prompt_tokens: float
-    pareto: bool
-
-
-R = TypeVar("R")
-
-
-def _record(cls: type[R], row: Any, **extra: Any) -> R:
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        v = extra[f.name] if f.name in extra else getattr(row, f.name)
-        if isinstance(v, datetime) and v.tzinfo is None:
-            v = v.replace(tzinfo=UTC)  # SQLite drops the zone; everything is written in UTC
-        values[f.name] = v
-    return cls(**values)
-
-
-def _dumps(obj: Mapping[str, Any] | str | None) -> str:
-    if obj is None:
-        return "{}"
-    if isinstance(obj, str):
-        json.loads(obj)  # must be valid JSON
-        return obj
-    return json.dumps(dict(obj), sort_keys=True, default=str)
-
-
-def _once_more_on_race(put: Callable[[], R]) -> R:
-    """Run an idempotent get-or-insert; if a concurrent writer inserted the same key first (IntegrityError on
-    PostgreSQL; SQLite serializes writers with BEGIN IMMEDIATE), run it once more to read that row."""
-    try:
-        return put()
-    except IntegrityError:
-        return put()
 
 
 def default_url() -> str:
