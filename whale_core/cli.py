@@ -459,6 +459,83 @@ def config_cmd(
         _fail(str(exc))
 
 
+@app.command("compare")
+@_guard
+def compare_cmd(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    modes: Annotated[str, typer.Option(help="'all' or a comma list, e.g. whale-adaptive,harness-only")] = "all",
+    seeds: Annotated[int, typer.Option(help="seeds per mode (run seeds config.seed .. config.seed+N-1)")] = 3,
+    sweep_phase: Annotated[
+        str | None, typer.Option(help="whale-fixed phase lengths to sweep, e.g. 1,2,4,8 (phase.weights=phase.harness)")
+    ] = None,
+    compare_id: Annotated[
+        str | None, typer.Option("--id", help="comparison id; the same id resumes (default: generated)")
+    ] = None,
+    matrix: Annotated[bool, typer.Option("--matrix/--no-matrix", help="compute the robustness matrix")] = True,
+    matrix_n: Annotated[int | None, typer.Option(help="test problems per robustness-matrix cell")] = None,
+) -> None:
+    """Run every mode x seed under the same budget and write a comparison report (bar chart, training curves with
+    leg switches, budget per leg, phase sweep, robustness matrix) under $WHALE_HOME/compare/ID, also in MLflow.
+
+    A failed run is reported, not fatal; re-running with the same `--id` resumes (finished runs are reused).
+    Example: `whale compare --modes all --seeds 3 --sweep-phase 1,2,4,8 --id cmp1`
+    """
+    import shlex
+    import sys
+
+    setup_offline_env()
+    from whale_core.compare import CompareError, CompareSpec, parse_ints, parse_modes
+    from whale_core.config import load_config
+
+    try:
+        cfg = load_config(config, list(set_ or []))
+        matrix_cfg: dict[str, Any] = {"enabled": matrix}
+        if matrix_n is not None:
+            matrix_cfg["test_problems"] = matrix_n
+        spec = CompareSpec(
+            modes=parse_modes(modes),
+            seeds=[cfg.seed + i for i in range(seeds)],
+            sweep_phase=parse_ints(sweep_phase, "--sweep-phase") if sweep_phase else [],
+            matrix=matrix_cfg,  # type: ignore[arg-type]
+        )
+    except (CompareError, ValueError) as exc:
+        _fail(str(exc))
+        return
+    cid = compare_id or f"cmp-{time.strftime('%Y%m%d-%H%M%S')}"
+    command = shlex.join(["whale", *sys.argv[1:]]) if sys.argv[1:2] == ["compare"] else ""
+    if command and "--id" not in sys.argv:
+        command += f" --id {cid}"
+    from flows.compare import start_compare
+
+    con = _console()
+    con.print(
+        f"[bold]whale compare[/] {cid}: modes={','.join(spec.modes)} seeds={spec.seeds} "
+        f"sweep={spec.sweep_phase or '-'} budget={cfg.budget.total} model={cfg.model.name}"
+    )
+    t0 = time.perf_counter()
+    try:
+        summary = start_compare(cfg, spec, cid, command=command)
+    except CompareError as exc:
+        _fail(str(exc))
+        return
+    from rich.table import Table
+
+    from whale_core.compare import RunOutcome, aggregate
+
+    outcomes = [RunOutcome(**o) for o in summary["outcomes"]]
+    table = Table("variant", "seeds ok", "failed", "test (mean ± sd)")
+    for s in aggregate(outcomes):
+        table.add_row(s.label, str(s.n), str(s.failed), f"{s.mean:.4f} ± {s.sd:.4f}" if s.n else "—")
+    con.print(table)
+    for o in outcomes:
+        if not o.ok:
+            con.print(f"[yellow]failed[/] {o.run_id}: {o.error}")
+    if summary.get("matrix_error"):
+        con.print(f"[yellow]robustness matrix failed:[/] {summary['matrix_error']}")
+    con.print(f"report: {summary['report']} ({time.perf_counter() - t0:.0f}s)")
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -1,0 +1,165 @@
+"""The robustness (co-overfitting) matrix: test-split problems only, the harness set (top-k, finals, held-out never
+seen in training), the per-model summary math, a real in-process matrix on the micro model, and the population
+selection of the mitigation."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from whale_core.archive import Archive
+from whale_core.harness import Harness
+from whale_core.robustness import (
+    MatrixHarness,
+    MatrixModel,
+    PopulationConfig,
+    RobustnessConfig,
+    RobustnessMatrix,
+    assign_population,
+    best_val_harnesses,
+    compute_matrix,
+    harness_set,
+    heatmap_figure,
+    heldout_harnesses,
+    matrix_markdown,
+    matrix_problems,
+    population_harnesses,
+    rollout_evaluate,
+)
+from whale_core.suites import SuiteConfig, load_suite
+
+
+@pytest.fixture(scope="module")
+def suite() -> Any:
+    return load_suite(SuiteConfig(name="arith", sizes={"train": 60, "val": 30, "test": 40}))
+
+
+@pytest.fixture(scope="module")
+def seed_h(suite: Any) -> Harness:
+    return Harness.from_text(suite.seed_harness)
+
+
+def _variant(h: Harness, instruction: str) -> Harness:
+    return h.evolve(instruction=instruction)
+
+
+def test_matrix_is_scored_on_test_split_problems_only(suite: Any, seed_h: Harness) -> None:
+    seen: list[str] = []
+
+    def spy(model: MatrixModel, harness: MatrixHarness, problems: list[Any]) -> float:
+        seen.extend(p.id for p in problems)
+        return 0.5
+
+    cols = [MatrixHarness("seed", "seed", seed_h), MatrixHarness("v", "heldout", _variant(seed_h, "Sum."))]
+    models = [MatrixModel("base", None, object(), seed_h.sha), MatrixModel("m", "r", object(), "nope")]
+    m = compute_matrix(models, cols, suite, 25, spy)
+    test_ids = {p.id for p in suite.problems("test")}
+    other_ids = {p.id for split in ("train", "val") for p in suite.problems(split)}
+    assert len(seen) == 2 * 2 * 25
+    assert set(seen) <= test_ids and not set(seen) & other_ids
+    assert set(seen) == {p.id for p in list(suite.problems("test"))[:25]}
+    assert m.n == 25 and m.own == [0, None]
+
+
+def test_matrix_problems_refuses_a_leaking_split(suite: Any) -> None:
+    class Leaky:
+        def problems(self, split: str) -> list[Any]:
+            return list(suite.problems("val" if split == "test" else split))
+
+    with pytest.raises(AssertionError, match="also appear in train/val"):
+        matrix_problems(Leaky(), 5)
+    assert len(matrix_problems(suite, 1000)) == 40
+
+
+def test_summary_own_cross_drop_heldout() -> None:
+    m = RobustnessMatrix(["a", "b"], ["s", "f", "h1", "h2"], ["seed", "final", "heldout", "heldout"],
+                         [[0.5, 0.1, 0.3, 0.1], [0.2, 0.9, 0.4, 0.0]], [0, 1], 10)  # fmt: skip
+    a, b = m.summary()
+    assert a.own == 0.5 and a.cross == pytest.approx(0.5 / 3) and a.drop == pytest.approx(0.5 - 0.5 / 3)
+    assert b.own == 0.9 and b.cross == pytest.approx(0.2) and b.drop == pytest.approx(0.7)
+    assert a.heldout == pytest.approx(0.2) and b.heldout == pytest.approx(0.2)
+    no_own = RobustnessMatrix(["c"], ["s", "h"], ["seed", "heldout"], [[0.2, 0.4]], [None], 10)
+    (c,) = no_own.summary()
+    assert c.own is None and c.drop is None and c.cross == pytest.approx(0.3)
+    md = matrix_markdown(m)
+    assert "| b | 0.9000 | 0.2000 | 0.7000 | 0.2000 |" in md
+    assert heatmap_figure(m).axes
+
+
+def test_heldout_harnesses_are_new_distinct_and_deterministic(seed_h: Harness) -> None:
+    first = heldout_harnesses(seed_h, 3, 2, exclude=())
+    again = heldout_harnesses(seed_h, 3, 2, exclude=())
+    assert [h.harness.sha for h in first] == [h.harness.sha for h in again]
+    assert [h.label for h in first] == ["heldout-mut1", "heldout-mut2", "heldout-mut3", "heldout-para1",
+                                        "heldout-para2"]  # fmt: skip
+    shas = [h.harness.sha for h in first]
+    assert len(set(shas)) == 5 and seed_h.sha not in shas
+    assert all(h.kind == "heldout" for h in first)
+    assert first[3].harness.spec.instruction == "Task: Add the two numbers."
+    # a harness a run has seen is never a held-out one
+    excluded = heldout_harnesses(seed_h, 3, 2, exclude={shas[0], shas[3]})
+    assert not {shas[0], shas[3]} & {h.harness.sha for h in excluded}
+    assert len([h for h in excluded if h.label.startswith("heldout-mut")]) == 3
+
+
+def _archive_with_runs(tmp_path: Path, seed_h: Harness) -> tuple[Archive, list[Harness]]:
+    archive = Archive(f"sqlite:///{tmp_path / 'a.db'}")
+    hs = [_variant(seed_h, f"Variant {i}.") for i in range(4)]
+    for h in [seed_h, *hs]:
+        archive.put_harness(h.sha, h.text, h.name, h.parent)
+    for rid in ("r0", "r1"):
+        archive.create_run(rid, "whale-fixed", {}, run_id=rid)
+    ev: dict[str, Any] = {"split": "val", "completions": 10, "prompt_tokens": 10, "completion_tokens": 0}
+    archive.record_evaluation("r0", hs[0].sha, "c0", subset="a", score=0.9, n=10, **ev)
+    archive.record_evaluation("r0", hs[0].sha, "c0", subset="b", score=0.4, n=40, **ev)  # larger n counts
+    archive.record_evaluation("r0", hs[1].sha, "c0", subset="a", score=0.6, n=10, **ev)
+    archive.record_evaluation("r1", hs[2].sha, "c1", subset="a", score=0.7, n=10, **ev)
+    archive.record_evaluation("r1", hs[3].sha, "c1", subset="a", score=0.2, n=10, **ev)
+    archive.record_evaluation("r1", hs[3].sha, "c1", subset="t", score=0.99, n=10, **{**ev, "split": "test"})
+    return archive, hs
+
+
+def test_harness_set_finals_top_k_and_heldout(tmp_path: Path, seed_h: Harness) -> None:
+    archive, hs = _archive_with_runs(tmp_path, seed_h)
+    assert best_val_harnesses(archive, "r0", 5) == [(hs[1].sha, 0.6), (hs[0].sha, 0.4)]
+    cfg = RobustnessConfig(top_k=2, max_top=2, heldout_mutants=2, paraphrases=1)
+    cols = harness_set(archive, ["r0", "r1"], [("a/s0", hs[3].sha), ("b/s0", seed_h.sha)], seed_h, cfg)
+    kinds = [c.kind for c in cols]
+    assert kinds == ["seed", "final", "top", "top", "heldout", "heldout", "heldout"]
+    assert cols[1].harness.sha == hs[3].sha and cols[1].label == "final:a/s0"
+    assert [c.harness.sha for c in cols[2:4]] == [hs[2].sha, hs[1].sha]  # best first over runs, capped at 2
+    shas = [c.harness.sha for c in cols]
+    assert len(shas) == len(set(shas))
+    assert not {c.harness.sha for c in cols if c.kind == "heldout"} & {h.sha for h in hs}
+
+
+def test_real_matrix_on_the_micro_model(suite: Any, seed_h: Harness, micro_policy: Any) -> None:
+    cols = [MatrixHarness("seed", "seed", seed_h), *heldout_harnesses(seed_h, 1, 1, exclude=())]
+    models = [MatrixModel("micro", None, micro_policy, seed_h.sha)]
+    m = compute_matrix(models, cols, suite, 8, rollout_evaluate(suite, batch_size=16))
+    assert len(m.scores) == 1 and len(m.scores[0]) == 3
+    assert all(0.0 <= v <= 1.0 for v in m.scores[0])
+    assert m.own == [0]
+
+
+def test_population_is_incumbent_then_best_others(tmp_path: Path, seed_h: Harness) -> None:
+    archive, hs = _archive_with_runs(tmp_path, seed_h)
+    assert population_harnesses(archive, "r0", hs[0], 0) == [hs[0]]
+    pop = population_harnesses(archive, "r0", hs[0], 3)
+    assert [h.sha for h in pop] == [hs[0].sha, hs[1].sha]  # only one other harness was scored in r0
+    assert PopulationConfig().k == 0
+
+
+def test_assign_population_is_balanced_and_deterministic() -> None:
+    ids = [f"p{i}" for i in range(100)]
+    a = assign_population(ids, 3, seed=1, incumbent_weight=0.5)
+    assert a == assign_population(ids, 3, seed=1, incumbent_weight=0.5)
+    assert a != assign_population(ids, 3, seed=2, incumbent_weight=0.5)
+    counts = Counter(a)
+    assert counts[0] == 50 and counts[1] == 25 and counts[2] == 25
+    assert assign_population(ids, 1, seed=0) == [0] * 100
+    with pytest.raises(ValueError, match="population size"):
+        assign_population(ids, 0, seed=0)

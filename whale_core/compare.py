@@ -1,0 +1,549 @@
+"""`whale compare`: the plan of (mode x seed) runs under one budget, and the comparison report built from their results.
+
+A comparison is a list of `Variant`s (a label and a mode; ``whale-fixed-p4`` is ``whale-fixed`` with
+``phase.weights = phase.harness = 4`` for the phase-length sweep) times a list of seeds. Every (variant, seed) gets
+its own deterministic run id (``<compare id>-<label>-s<seed>``) and the same config apart from ``mode``, ``seed``
+and the sweep's phase, so all runs share one budget and one suite (the suite's own seed stays fixed: every run is
+tested on the same held-out problems; the run seed moves sampling, demos, proposals and training).
+
+This module holds no orchestration (``flows/compare.py`` runs the plan); it turns `RunOutcome`s (one per run, taken
+from the run summary and the archive's legs) into the report: the bar chart of held-out test scores (mean ± sample
+sd over seeds), the training curves (val metric vs rollouts spent, leg switches marked), the phase-sweep figure, the
+budget table (completions per leg kind) and the Markdown that ties them together with the robustness matrix.
+
+Simplified: "WHALE vs baseline" differences come with a two-sample standard error (``sqrt(sd1²/n1 + sd2²/n2)``), not
+a test: with three seeds that is what the numbers support.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from whale_core.robustness import RobustnessConfig
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from whale_core.archive import Archive
+    from whale_core.config import WhaleConfig
+    from whale_core.robustness import RobustnessMatrix
+
+ALL_MODES: tuple[str, ...] = ("whale-adaptive", "whale-fixed", "weights-only", "harness-only", "prompt-weights")
+WHALE_MODES: tuple[str, ...] = ("whale-adaptive", "whale-fixed")
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+
+
+class CompareError(ValueError):
+    """A comparison that cannot run as asked (bad id, unknown mode, a resumed run whose config changed)."""
+
+
+class CompareSpec(BaseModel):
+    """What a comparison runs: modes, seeds, the optional phase-length sweep and the robustness matrix."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    modes: list[str] = Field(default_factory=lambda: list(ALL_MODES))
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    sweep_phase: list[int] = Field(default_factory=list, description="whale-fixed phase lengths to sweep")
+    matrix: RobustnessConfig = Field(default_factory=RobustnessConfig)
+
+    @field_validator("modes")
+    @classmethod
+    def _modes(cls, v: list[str]) -> list[str]:
+        bad = [m for m in v if m not in ALL_MODES]
+        if bad or not v:
+            raise ValueError(f"unknown mode(s) {bad or v}; valid: {', '.join(ALL_MODES)} (or 'all')")
+        return list(dict.fromkeys(v))
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if not v or len(set(v)) != len(v):
+            raise ValueError(f"seeds must be a non-empty list of distinct ints (got {v})")
+        return v
+
+    @field_validator("sweep_phase")
+    @classmethod
+    def _sweep(cls, v: list[int]) -> list[int]:
+        if any(p < 1 or p > 100 for p in v) or len(set(v)) != len(v):
+            raise ValueError(f"sweep phase lengths must be distinct ints in 1..100 (got {v})")
+        return v
+
+
+def parse_modes(text: str) -> list[str]:
+    """``"all"`` → every mode; ``"whale-adaptive,harness-only"`` → those (validated)."""
+    if text.strip() == "all":
+        return list(ALL_MODES)
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in ALL_MODES]
+    if bad or not modes:
+        raise CompareError(f"--modes: unknown mode(s) {bad or text!r}; valid: all, {', '.join(ALL_MODES)}")
+    return modes
+
+
+def parse_ints(text: str, what: str) -> list[int]:
+    """``"1,2,4,8"`` → ``[1, 2, 4, 8]`` with an error naming ``what``."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise CompareError(f"{what}: expected comma-separated integers, got {text!r}") from None
+
+
+def check_compare_id(compare_id: str) -> str:
+    if not _ID.match(compare_id):
+        raise CompareError(
+            f"compare id {compare_id!r}: use 1-40 letters, digits, '_', '.', '-' (starting with a letter or digit)"
+        )
+    return compare_id
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One bar of the chart: ``label`` (unique), the run ``mode`` and, for the sweep, the fixed phase length."""
+
+    label: str
+    mode: str
+    phase: int | None = None
+
+
+def plan_variants(modes: Sequence[str], sweep_phase: Sequence[int] = ()) -> list[Variant]:
+    """The variants to run. With a sweep, ``whale-fixed`` runs once per phase length (``whale-fixed-p<N>``) instead
+    of once with the config's phase."""
+    out = [Variant(m, m) for m in modes if not (m == "whale-fixed" and sweep_phase)]
+    out += [Variant(f"whale-fixed-p{p}", "whale-fixed", p) for p in sweep_phase]
+    return out
+
+
+def run_id_for(compare_id: str, variant: Variant, seed: int) -> str:
+    return f"{compare_id}-{variant.label}-s{seed}"
+
+
+def variant_config(base: WhaleConfig, variant: Variant, seed: int) -> WhaleConfig:
+    """``base`` with the variant's mode (and sweep phase) and the run seed; everything else, budget included, shared."""
+    from whale_core.config import WhaleConfig
+
+    data = base.model_dump(mode="json")
+    data["mode"] = variant.mode
+    data["seed"] = seed
+    if variant.phase is not None:
+        data["schedule"]["phase"] = {"weights": variant.phase, "harness": variant.phase}
+    return WhaleConfig.model_validate(data)
+
+
+def config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Dotted keys whose values differ between two nested configs (sorted)."""
+    from whale_core.config import flatten
+
+    a, b = flatten(old), flatten(new)
+    return sorted(k for k in set(a) | set(b) if a.get(k, "<absent>") != b.get(k, "<absent>"))
+
+
+# ------------------------------------------------------------------------------------------------------ outcomes
+@dataclass
+class RunOutcome:
+    """One (variant, seed) run as the report needs it. ``status``: ``finished`` or ``failed`` (then ``error``)."""
+
+    label: str
+    mode: str
+    seed: int
+    run_id: str
+    status: str
+    test_final: float | None = None
+    test_initial: float | None = None
+    test_n: int = 0
+    budget: dict[str, Any] = field(default_factory=dict)
+    final_harness: str | None = None
+    final_checkpoint: str | None = None
+    curve: list[tuple[float, float]] = field(default_factory=list)
+    switches: list[tuple[float, str]] = field(default_factory=list)
+    legs: list[str] = field(default_factory=list)
+    error: str | None = None
+    source: str = "run"  # "run": computed by this invocation; "archive": a finished run found from an earlier one
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "finished" and self.test_final is not None
+
+
+def leg_switches(bounds: Sequence[tuple[float, str]]) -> list[tuple[float, str]]:
+    """The leg starts where the kind changes (the first leg counts): ``(rollouts spent, new kind)``."""
+    out: list[tuple[float, str]] = []
+    for x, kind in bounds:
+        if not out or out[-1][1] != kind:
+            out.append((x, kind))
+    return out
+
+
+def outcome_from_run(
+    archive: Archive, variant: Variant, seed: int, run_id: str, summary: Mapping[str, Any], source: str = "run"
+) -> RunOutcome:
+    """A finished run's outcome: test scores and budget from its summary, the curve from the archive's legs."""
+    from whale_core.report import curve_points
+
+    points, bounds = curve_points(archive, run_id, float(summary["val_initial"]))
+    return RunOutcome(
+        label=variant.label,
+        mode=variant.mode,
+        seed=seed,
+        run_id=run_id,
+        status="finished",
+        test_final=float(summary["test_final"]),
+        test_initial=float(summary["test_initial"]),
+        test_n=int(summary["test_n"]),
+        budget=dict(summary["budget"]),
+        final_harness=summary.get("final_harness"),
+        final_checkpoint=summary.get("final_checkpoint"),
+        curve=points,
+        switches=leg_switches(bounds),
+        legs=list(summary.get("legs", [])),
+        source=source,
+    )
+
+
+# --------------------------------------------------------------------------------------------------- aggregation
+@dataclass(frozen=True)
+class ModeStats:
+    """Test scores of one variant over its finished seeds. ``sd`` is the sample sd (0 with one seed)."""
+
+    label: str
+    mode: str
+    n: int
+    failed: int
+    mean: float
+    sd: float
+    values: tuple[float, ...]
+    initial_mean: float
+
+
+def mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof 1; 0 for fewer than two values; NaN mean for none)."""
+    if not values:
+        return math.nan, math.nan
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def aggregate(outcomes: Sequence[RunOutcome]) -> list[ModeStats]:
+    """One `ModeStats` per label, in first-seen order."""
+    labels = list(dict.fromkeys(o.label for o in outcomes))
+    out = []
+    for label in labels:
+        runs = [o for o in outcomes if o.label == label]
+        ok = [o for o in runs if o.ok]
+        mean, sd = mean_sd([o.test_final for o in ok if o.test_final is not None])
+        init, _ = mean_sd([o.test_initial for o in ok if o.test_initial is not None])
+        values = tuple(o.test_final for o in ok if o.test_final is not None)
+        out.append(ModeStats(label, runs[0].mode, len(ok), len(runs) - len(ok), mean, sd, values, init))
+    return out
+
+
+@dataclass(frozen=True)
+class Difference:
+    """``label`` minus ``baseline`` in mean test score, with the two-sample standard error."""
+
+    label: str
+    baseline: str
+    diff: float
+    se: float
+
+
+def differences(stats: Sequence[ModeStats]) -> list[Difference]:
+    """Every WHALE variant (``whale-*``) against every non-WHALE variant with at least one finished seed."""
+    whale = [s for s in stats if s.mode in WHALE_MODES and s.n]
+    base = [s for s in stats if s.mode not in WHALE_MODES and s.n]
+    return [
+        Difference(w.label, b.label, w.mean - b.mean, math.sqrt(w.sd**2 / w.n + b.sd**2 / b.n))
+        for w in whale
+        for b in base
+    ]
+
+
+@dataclass(frozen=True)
+class BudgetRow:
+    """Completions per leg kind for one variant: means over its finished seeds, plus the worst case vs the caps."""
+
+    label: str
+    n: int
+    weights: float
+    harness: float
+    eval: float
+    total: int
+    max_spent: int
+    harness_share: float
+    harness_cap: float | None
+    weights_legs: float
+    harness_legs: float
+
+    @property
+    def within_budget(self) -> bool:
+        return self.max_spent <= self.total
+
+
+def budget_table(outcomes: Sequence[RunOutcome]) -> list[BudgetRow]:
+    """Per label: mean completions per kind, the largest search spend (weights + harness) and harness share."""
+    rows = []
+    for label in dict.fromkeys(o.label for o in outcomes):
+        ok = [o for o in outcomes if o.label == label and o.ok and o.budget]
+        if not ok:
+            continue
+        kinds = [o.budget.get("by_kind", {}) for o in ok]
+        spent = [int(k.get("weights", 0)) + int(k.get("harness", 0)) for k in kinds]
+        shares = [int(k.get("harness", 0)) / int(o.budget["total"]) for k, o in zip(kinds, ok, strict=True)]
+        rows.append(
+            BudgetRow(
+                label=label,
+                n=len(ok),
+                weights=statistics.fmean(int(k.get("weights", 0)) for k in kinds),
+                harness=statistics.fmean(int(k.get("harness", 0)) for k in kinds),
+                eval=statistics.fmean(int(k.get("eval", 0)) for k in kinds),
+                total=max(int(o.budget["total"]) for o in ok),
+                max_spent=max(spent),
+                harness_share=max(shares),
+                harness_cap=ok[0].budget.get("harness_share_cap"),
+                weights_legs=statistics.fmean(o.legs.count("weights") for o in ok),
+                harness_legs=statistics.fmean(o.legs.count("harness") for o in ok),
+            )
+        )
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------------- figures
+def _figure(w: float, h: float) -> Figure:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(w, h), dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+_COLORS = {
+    "whale-adaptive": "tab:red",
+    "whale-fixed": "tab:orange",
+    "weights-only": "tab:blue",
+    "harness-only": "tab:green",
+    "prompt-weights": "tab:purple",
+}
+
+
+def bar_chart(stats: Sequence[ModeStats], title: str = "held-out test score") -> Figure:
+    """Mean test score per variant with ± sd error bars, every seed as a dot, the base score as a dashed line."""
+    fig = _figure(max(5.0, 1.2 * len(stats) + 2), 4)
+    ax = fig.add_subplot(1, 1, 1)
+    xs = list(range(len(stats)))
+    means = [s.mean if s.n else 0.0 for s in stats]
+    ax.bar(xs, means, yerr=[s.sd if s.n else 0.0 for s in stats], capsize=4,
+           color=[_COLORS.get(s.mode, "tab:gray") for s in stats], alpha=0.8)  # fmt: skip
+    for x, s in zip(xs, stats, strict=True):
+        ax.scatter([x] * len(s.values), s.values, color="black", s=10, zorder=3)
+        ax.annotate(f"{s.mean:.3f}" if s.n else "failed", (x, means[x]), xytext=(0, 4), textcoords="offset points",
+                    ha="center", fontsize=8)  # fmt: skip
+    inits = [s.initial_mean for s in stats if s.n]
+    if inits:
+        ax.axhline(statistics.fmean(inits), color="gray", linestyle="--", linewidth=1, label="base model, seed harness")
+        ax.legend(loc="upper right", fontsize=8)
+    ax.set_xticks(xs, [s.label for s in stats], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("test score (mean ± sd over seeds)")
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def curves_figure(outcomes: Sequence[RunOutcome]) -> Figure:
+    """One panel per variant: val metric vs rollouts spent for each seed; markers where a leg phase starts
+    (▲ weights, ● harness), so plateau-triggered switches are visible."""
+    labels = list(dict.fromkeys(o.label for o in outcomes if o.ok))
+    cols = min(3, max(1, len(labels)))
+    rows = max(1, math.ceil(len(labels) / cols))
+    fig = _figure(4.5 * cols, 3.2 * rows)
+    marks = {"weights": ("^", "tab:blue"), "harness": ("o", "tab:orange")}
+    ys_all = [y for o in outcomes if o.ok for _, y in o.curve if not math.isnan(y)]
+    pad = 0.05 * ((max(ys_all) - min(ys_all)) if ys_all else 1.0) or 0.05
+    ylim = (min(ys_all) - pad, max(ys_all) + pad) if ys_all else None
+    for i, label in enumerate(labels):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        seen: set[str] = set()
+        for o in (o for o in outcomes if o.label == label and o.ok):
+            if not o.curve:
+                continue
+            xs, ys = zip(*o.curve, strict=True)
+            ax.plot(
+                xs, ys, linewidth=1.2, alpha=0.8, color="black", linestyle=_DASHES[o.seed % 3], label=f"seed {o.seed}"
+            )
+            for x, kind in o.switches:
+                y = _value_at(o.curve, x)
+                marker, color = marks.get(kind, ("s", "tab:gray"))
+                ax.scatter([x], [y], marker=marker, color=color, s=30, zorder=3,
+                           label=f"→ {kind} leg" if kind not in seen else None)  # fmt: skip
+                seen.add(kind)
+        if ylim is not None:
+            ax.set_ylim(*ylim)  # one scale for all panels, so modes compare at a glance
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("rollouts spent", fontsize=8)
+        ax.set_ylabel("val score", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+_DASHES = ("-", "--", ":")
+
+
+def _value_at(curve: Sequence[tuple[float, float]], x: float) -> float:
+    """The metric at the last point at or before ``x`` (where the next leg started)."""
+    y = curve[0][1]
+    for px, py in curve:
+        if px <= x:
+            y = py
+    return y
+
+
+def sweep_figure(stats: Sequence[ModeStats]) -> Figure | None:
+    """Test score vs whale-fixed phase length, with whale-adaptive as a band (mean ± sd); None without a sweep."""
+    sweep = sorted(((int(s.label.rsplit("-p", 1)[1]), s) for s in stats if s.label.startswith("whale-fixed-p")),
+                   key=lambda t: t[0])  # fmt: skip
+    sweep = [(p, s) for p, s in sweep if s.n]
+    if not sweep:
+        return None
+    fig = _figure(5.5, 3.8)
+    ax = fig.add_subplot(1, 1, 1)
+    ps = [p for p, _ in sweep]
+    ax.errorbar(ps, [s.mean for _, s in sweep], yerr=[s.sd for _, s in sweep], marker="o", capsize=4,
+                color=_COLORS["whale-fixed"], label="whale-fixed (phase = p)")  # fmt: skip
+    adaptive = next((s for s in stats if s.label == "whale-adaptive" and s.n), None)
+    if adaptive is not None:
+        ax.axhline(adaptive.mean, color=_COLORS["whale-adaptive"], label="whale-adaptive")
+        ax.axhspan(adaptive.mean - adaptive.sd, adaptive.mean + adaptive.sd, color=_COLORS["whale-adaptive"],
+                   alpha=0.15)  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ps, [str(p) for p in ps])
+    ax.set_xlabel("phase length p (legs per phase, both legs)")
+    ax.set_ylabel("test score (mean ± sd)")
+    ax.set_title("fixed phase-length sweep vs adaptive")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# ------------------------------------------------------------------------------------------------------ markdown
+def _pm(mean: float, sd: float, n: int) -> str:
+    return f"{mean:.4f} ± {sd:.4f}" if n else "—"
+
+
+def _verdict(d: Difference, stats: Sequence[ModeStats]) -> str:
+    """``higher``/``lower`` only when the difference clears 2 s.e. and both sides have ≥ 2 seeds (else no spread)."""
+    n = min(s.n for s in stats if s.label in (d.label, d.baseline))
+    if n < 2:
+        return "n/a (1 seed: no spread)"
+    return "higher" if d.diff > 2 * d.se else ("lower" if d.diff < -2 * d.se else "within 2 s.e.")
+
+
+def report_markdown(
+    compare_id: str,
+    outcomes: Sequence[RunOutcome],
+    *,
+    command: str = "",
+    config_note: str = "",
+    matrix_md: str = "",
+    figures: Mapping[str, str] | None = None,
+) -> str:
+    """The comparison report (Markdown). ``figures`` maps a caption to a PNG file name next to the report."""
+    stats = aggregate(outcomes)
+    lines = [f"# WHALE comparison `{compare_id}`", ""]
+    if command:
+        lines += [f"Reproduce: `{command}`", ""]
+    if config_note:
+        lines += [config_note, ""]
+    lines += ["## Held-out test score per mode", "",
+              "| variant | mode | seeds ok | failed | test (mean ± sd) | base (seed harness) | per seed |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for s in stats:
+        per_seed = ", ".join(f"{v:.4f}" for v in s.values)
+        init = f"{s.initial_mean:.4f}" if s.n else "—"
+        lines.append(f"| {s.label} | {s.mode} | {s.n} | {s.failed} | {_pm(s.mean, s.sd, s.n)} | {init} | {per_seed} |")
+    diffs = differences(stats)
+    if diffs:
+        lines += ["", "## WHALE vs each baseline (difference of mean test scores)", "",
+                  "| WHALE variant | baseline | difference | s.e. | |", "|---|---|---|---|---|"]  # fmt: skip
+        for d in diffs:
+            verdict = _verdict(d, stats)
+            lines.append(f"| {d.label} | {d.baseline} | {d.diff:+.4f} | {d.se:.4f} | {verdict} |")
+    rows = budget_table(outcomes)
+    if rows:
+        lines += ["", "## Budget spent per leg kind (completions; mean over seeds)", "",
+                  "| variant | weights | harness | eval (not charged) | max spent / total | max harness share | cap "
+                  "| weights legs | harness legs |",
+                  "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for r in rows:
+            cap = f"{r.harness_cap:.2%}" if r.harness_cap is not None else "none"
+            lines.append(
+                f"| {r.label} | {r.weights:.0f} | {r.harness:.0f} | {r.eval:.0f} | {r.max_spent} / {r.total} "
+                f"| {r.harness_share:.2%} | {cap} | {r.weights_legs:.1f} | {r.harness_legs:.1f} |"
+            )
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        lines += ["", "## Failed runs", "", "| run | variant | seed | error |", "|---|---|---|---|"]
+        for o in failed:
+            err = (o.error or o.status).replace("|", "\\|").replace("\n", " ")[:300]
+            lines.append(f"| `{o.run_id}` | {o.label} | {o.seed} | {err} |")
+    lines += ["", "## Runs", "", "| run | variant | seed | status | legs | from |", "|---|---|---|---|---|---|"]
+    for o in outcomes:
+        lines.append(f"| `{o.run_id}` | {o.label} | {o.seed} | {o.status} | {' → '.join(o.legs)} | {o.source} |")
+    if matrix_md:
+        lines += ["", matrix_md]
+    for caption, name in (figures or {}).items():
+        lines += ["", f"![{caption}]({name})"]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def write_compare_report(
+    out_dir: Path,
+    compare_id: str,
+    outcomes: Sequence[RunOutcome],
+    *,
+    command: str = "",
+    config_note: str = "",
+    matrix: RobustnessMatrix | None = None,
+) -> dict[str, Path]:
+    """Write ``report.md`` and the PNGs (bars, curves, sweep, robustness heatmap) into ``out_dir``; return paths."""
+    from whale_core.robustness import heatmap_figure, matrix_markdown
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stats = aggregate(outcomes)
+    figs: dict[str, Figure] = {"test score per mode": bar_chart(stats)}
+    if any(o.ok for o in outcomes):
+        figs["training curves"] = curves_figure(outcomes)
+    sweep = sweep_figure(stats)
+    if sweep is not None:
+        figs["phase sweep vs adaptive"] = sweep
+    if matrix is not None:
+        figs["robustness matrix"] = heatmap_figure(matrix)
+    names = {"test score per mode": "bars.png", "training curves": "curves.png",
+             "phase sweep vs adaptive": "sweep.png", "robustness matrix": "robustness.png"}  # fmt: skip
+    paths: dict[str, Path] = {}
+    for caption, fig in figs.items():
+        path = out_dir / names[caption]
+        fig.savefig(path)
+        paths[names[caption]] = path
+    md = report_markdown(
+        compare_id,
+        outcomes,
+        command=command,
+        config_note=config_note,
+        matrix_md=matrix_markdown(matrix) if matrix is not None else "",
+        figures={c: names[c] for c in figs},
+    )
+    paths["report.md"] = out_dir / "report.md"
+    paths["report.md"].write_text(md)
+    return paths

@@ -1,0 +1,499 @@
+"""The built-in tiny model: a char-level Llama trained from scratch with a short, deliberately weak warm-up.
+
+`build_tiny_model()` trains it on the CPU in a few minutes and caches it under ``<home>/models/tiny-<recipe hash>/``
+(model + tokenizer via ``save_pretrained``, ``recipe.json``, ``warmup_report.json``). A cache hit returns at once; a
+build writes to a temporary directory and renames it into place, so a killed build never leaves a half model; a file
+lock makes a concurrent second build wait for the first. The same recipe (seed included) gives identical weights on
+the same machine, torch build and thread count.
+
+Model: ``LlamaConfig`` 4 layers x 64 hidden (MLP 256, 4 heads, tied embeddings), ~0.2 M parameters. Simplified on
+purpose from the ~1 M-parameter 4 x 128 model of STACK.md: on this 2-core machine the 128-wide model is ~3x slower
+per step and did not get past the plateau within the build budget (1200 steps: 3-digit sums at <=1 %), while the
+64-wide one does (see the measured figures below).
+
+Tokenizer: ``tokenizers`` WordLevel over printable ASCII + ``\n`` (+ ``<pad> <bos> <eos> <unk>``), one token per
+character, BOS prepended, left padding. Its chat template (`CHAT_TEMPLATE`) emits ``<bos>``, writes each
+system/user message on its own line and an assistant message right after the preceding user message, so a chat
+harness (system: instruction, user: ``{{ a }}+{{ b }}=``) renders ``<bos>instruction\na+b=`` like the text format.
+
+Warm-up (why weak): supervised training with labels is far stronger than GRPO here (STACK.md: 15 s of it takes
+reversed 3-digit sums from 38 to 98 %), so it is kept short on purpose, leaving the RL and harness legs headroom.
+**The harness matters by construction**: every training sequence is rendered by a real `Harness`
+(`warmup_formats()`, evolved from the suites' seed harnesses), so what the model saw is exactly expressible as a
+harness; ``warmup_report.json`` holds every format's full text and weight.
+
+- answer encoding: plain (``579``) or reversed (``975``, least significant digit first), 50/50;
+- instruction phrasings, which carry the encoding (the model cannot otherwise know it): plain ``Add the two
+  numbers.`` (the arith seed harness) / ``What is the sum?`` / ``Add:``; reversed ``Add the two numbers. Write the
+  sum reversed.`` / ``What is the sum? Write it reversed.`` / ``Add, reversed:``;
+- text mode (the seed template ``{{ instruction }}\na+b=``, separator ``\n``) with 0/1/2 demos (20 % of arith
+  sequences), chat mode (instruction once as the system message) with 1–7 demos (80 %: many answers per token);
+- loss on answers only: the final answer + EOS and every demo answer + the separator after it (the text before a
+  demo answer is exactly that harness rendered with fewer demos, so one sequence trains k = 0..K at once);
+- arith problems drawn fresh per digit band (1: 10 %, 2: 40 %, 3: 45 %, 4: 3 %, 5: 2 %), never one of the suite's
+  val/test problems or the build's evaluation problems (the 3000-problem train split is too small: trained on it,
+  the model memorized it and stayed near 0 on held-out sums); 5 % of sequences are the ``sort`` suite's seed
+  harness (0–1 demo) on its train split, so that suite is not at 0.
+
+MEASURED
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from whale_core.harness import Harness
+from whale_core.suites.base import Problem
+
+if TYPE_CHECKING:
+    from whale_core.suites.base import Suite
+
+__all__ = ["TinyRecipe", "WarmupFormat", "build_tiny_model", "make_tokenizer", "tiny_model_dir", "warmup_formats"]
+
+BUILDER_VERSION = 1
+SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
+CHARS = (*(chr(c) for c in range(32, 127)), "\n")
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{%- for m in messages -%}"
+    "{%- if m['role'] == 'assistant' -%}{{ m['content'] }}"
+    "{%- else -%}{%- if not loop.first -%}{{ '\\n' }}{%- endif -%}{{ m['content'] }}{%- endif -%}"
+    "{%- endfor -%}"
+)
+Progress = Callable[[int, int], None]
+
+
+class TinyRecipe(BaseModel):
+    """Everything that determines the tiny model. ``hash()`` keys the cache (any change rebuilds)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    builder: int = BUILDER_VERSION
+    seed: int = 0
+    # architecture
+    hidden_size: int = 64
+    layers: int = 4
+    heads: int = 4
+    intermediate_size: int = 256
+    max_positions: int = 512
+    # optimization
+    steps: int = Field(default=1500, ge=1)
+    batch_size: int = Field(default=32, ge=1)
+    lr: float = 2e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.0
+    bucket_batches: int = 8  # examples of this many batches are sorted by length, then cut into batches
+    # data mix and formats
+    plain_phrasings: tuple[str, ...] = ("Add the two numbers.", "What is the sum?", "Add:")
+    reversed_phrasings: tuple[str, ...] = (
+        "Add the two numbers. Write the sum reversed.",
+        "What is the sum? Write it reversed.",
+        "Add, reversed:",
+    )
+    reversed_share: float = 0.5
+    text_k: tuple[float, ...] = (0.5, 0.3, 0.2)  # text mode: P(k = 0, 1, 2) demos
+    chat_share: float = 0.8  # share of arith examples in chat mode (instruction once: cheap many-demo sequences)
+    chat_k: tuple[float, ...] = (0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)  # chat mode: P(k = 0..7) demos
+    sort_k: tuple[float, ...] = (0.5, 0.5)
+    digit_weights: dict[int, float] = Field(default_factory=lambda: {1: 0.1, 2: 0.4, 3: 0.45, 4: 0.03, 5: 0.02})
+    sort_share: float = 0.05
+    # evaluation written to warmup_report.json
+    eval_n: int = 500
+    eval_digits_n: int = 250
+
+    def hash(self) -> str:
+        """Short sha256 of the canonical JSON of the recipe."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+class WarmupFormat(BaseModel):
+    """One warm-up format: a harness (its full text) and its share of the training examples."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    suite: str
+    harness: str
+    weight: float
+
+
+# ------------------------------------------------------------------------------------------------- tokenizer
+
+
+def make_tokenizer() -> Any:
+    """The char-level tokenizer (a ``PreTrainedTokenizerFast`` with left padding and the chat template)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(SPECIALS + CHARS)}
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex("(?m)."), behavior="isolated")  # (?m) = dot-all in Oniguruma
+    tk.decoder = decoders.Fuse()
+    tk.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", vocab["<bos>"])])
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        padding_side="left",
+        model_max_length=512,
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+# --------------------------------------------------------------------------------------------------- formats
+
+
+def _arith_and_sort() -> tuple[Suite, Suite]:
+    from whale_core.suites import load_suite
+
+    return load_suite("arith"), load_suite("sort")
+
+
+CHAT_MESSAGES = [{"role": "system", "content": "{{ instruction }}"}, {"role": "user", "content": "{{ a }}+{{ b }}="}]
+
+
+def warmup_formats(recipe: TinyRecipe, arith: Suite | None = None, sort: Suite | None = None) -> list[WarmupFormat]:
+    """The documented warm-up formats, each a real harness text evolved from the suites' seed harnesses.
+
+    Names: ``{plain|rev}-p{phrasing}-k{demos}`` (text mode, the seed template), ``{plain|rev}-p{i}-chat-k{demos}``
+    (chat mode: instruction as system message, ``a+b=`` as user message), ``sort-k{demos}`` (the sort seed harness).
+    """
+    if arith is None or sort is None:
+        arith, sort = _arith_and_sort()
+    seed_arith = Harness.from_text(arith.seed_harness)
+    seed_sort = Harness.from_text(sort.seed_harness)
+    out: list[WarmupFormat] = []
+    arith_share = 1.0 - recipe.sort_share
+    kinds = [("", recipe.text_k, 1.0 - recipe.chat_share), ("chat-", recipe.chat_k, recipe.chat_share)]
+    for rev, phrasings in ((False, recipe.plain_phrasings), (True, recipe.reversed_phrasings)):
+        enc_share = recipe.reversed_share if rev else 1.0 - recipe.reversed_share
+        for pi, phrase in enumerate(phrasings):
+            for mode, kw, mode_share in kinds:
+                for k, wk in enumerate(kw):
+                    if wk <= 0 or mode_share <= 0:
+                        continue
+                    name = f"{'rev' if rev else 'plain'}-p{pi}-{mode}k{k}"
+                    h = seed_arith.evolve(name=name, instruction=phrase, fewshot={"k": k}, answer={"reverse": rev})
+                    if mode:
+                        h = h.evolve(messages=CHAT_MESSAGES)
+                    w = arith_share * enc_share * mode_share * wk / (len(phrasings) * sum(kw))
+                    out.append(WarmupFormat(name=name, suite="arith", harness=h.text, weight=w))
+    for k, wk in enumerate(recipe.sort_k):
+        if wk > 0 and recipe.sort_share > 0:
+            h = seed_sort.evolve(name=f"sort-k{k}", fewshot={"k": k})
+            w = recipe.sort_share * wk / sum(recipe.sort_k)
+            out.append(WarmupFormat(name=f"sort-k{k}", suite="sort", harness=h.text, weight=w))
+    total = sum(f.weight for f in out)
+    return [f.model_copy(update={"weight": f.weight / total}) for f in out]
+
+
+Sequence_ = tuple[list[int], list[int]]  # token ids, labels (-100 = no loss)
+
+
+def _sequence(h: Harness, problem: Problem, demos: Sequence[Problem], tok: Any) -> Sequence_:
+    """Token ids of ``render(problem, demos) + answer + EOS`` and labels on every answer in it.
+
+    The final answer is labelled with its EOS; the i-th demo's answer (with the token after it, the start of the
+    separator, i.e. the stop) is labelled too, because the text before it is exactly ``render(demo_i, demos[:i])``:
+    one sequence trains the harness at k = 0..len(demos) at once. A demo whose prefix does not line up (another
+    tokenizer) is simply not labelled.
+    """
+    special = not h.is_chat
+    full = h.render(problem, demos, tokenizer=tok)
+    ids = tok(full, add_special_tokens=special).input_ids
+    labels = [-100] * len(ids)
+    for i, d in enumerate(demos):
+        prefix = h.render(d, demos[:i], tokenizer=tok)
+        target = h.encode_answer(d.answer)
+        if not full.startswith(prefix + target):
+            continue
+        a = len(tok(prefix, add_special_tokens=special).input_ids)
+        b = len(tok(prefix + target, add_special_tokens=special).input_ids)
+        if ids[:b] == tok(prefix + target, add_special_tokens=special).input_ids and b < len(ids):
+            labels[a : b + 1] = ids[a : b + 1]
+    answer = [*tok(h.encode_answer(problem.answer), add_special_tokens=False).input_ids, tok.eos_token_id]
+    return ids + answer, labels + answer
+
+
+def _examples(
+    recipe: TinyRecipe,
+    formats: Sequence[WarmupFormat],
+    harnesses: Sequence[Harness],
+    suites: dict[str, Suite],
+    tok: Any,
+    rng: random.Random,
+    n: int,
+    exclude: frozenset[str] = frozenset(),
+) -> list[Sequence_]:
+    """``n`` training sequences: a format drawn by weight, a problem and demos drawn for it, rendered by its harness.
+
+    Arith problems are drawn fresh per digit band (``digit_weights``), never one in ``exclude`` (the suite's val
+    and test problems and the build's evaluation problems, see `_exclusions`): the 3000-problem train split is far
+    too small for ~150k training answers (measured: a model trained on it memorizes it and stays near 0 on
+    held-out 2–3-digit sums). Sort problems come from the sort train split. Demos: ``select_demos`` over a pool
+    drawn the same way.
+    """
+    weights = [f.weight for f in formats]
+    sort_train = suites["sort"].problems("train")
+    bands = list(recipe.digit_weights)
+    band_w = [recipe.digit_weights[d] for d in bands]
+
+    def draw(suite: str) -> Problem:
+        if suite != "arith":
+            return rng.choice(sort_train)
+        digits = rng.choices(bands, weights=band_w)[0]
+        lo, hi = (0, 9) if digits == 1 else (10 ** (digits - 1), 10**digits - 1)
+        while True:
+            a, b = rng.randint(lo, hi), rng.randint(lo, hi)
+            if f"arith:{a}+{b}" not in exclude:
+                return Problem(f"arith:{a}+{b}", {"a": str(a), "b": str(b)}, str(a + b), {"digits": digits})
+
+    out: list[Sequence_] = []
+    for fi in rng.choices(range(len(formats)), weights=weights, k=n):
+        fmt, h = formats[fi], harnesses[fi]
+        problem = draw(fmt.suite)
+        pool = [draw(fmt.suite) for _ in range(h.spec.fewshot.k + 1)]
+        demos = h.select_demos(problem, pool, rng.randrange(1 << 30))
+        out.append(_sequence(h, problem, demos, tok))
+    return out
+
+
+# -------------------------------------------------------------------------------------------------- training
+
+
+@contextlib.contextmanager
+def _deterministic(seed: int) -> Iterator[None]:
+    import torch
+
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            yield
+    finally:
+        torch.use_deterministic_algorithms(was)
+
+
+def _batches(tok: Any, seqs: list[Sequence_], batch_size: int, rng: random.Random) -> list[Any]:
+    """Sort by length, cut into right-padded batches (ids, labels, mask), shuffle the batches."""
+    import torch
+
+    seqs = sorted(seqs, key=lambda s: len(s[0]))
+    out = []
+    for start in range(0, len(seqs), batch_size):
+        chunk = seqs[start : start + batch_size]
+        width = max(len(ids) for ids, _ in chunk)
+        x = torch.full((len(chunk), width), tok.pad_token_id, dtype=torch.long)
+        y = torch.full((len(chunk), width), -100, dtype=torch.long)
+        m = torch.zeros((len(chunk), width), dtype=torch.long)
+        for r, (ids, labels) in enumerate(chunk):
+            x[r, : len(ids)] = torch.tensor(ids)
+            y[r, : len(ids)] = torch.tensor(labels)
+            m[r, : len(ids)] = 1
+        out.append((x, y, m))
+    rng.shuffle(out)
+    return out
+
+
+def _train(recipe: TinyRecipe, tok: Any, suites: dict[str, Suite], progress: Progress | None) -> Any:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=recipe.hidden_size,
+        intermediate_size=recipe.intermediate_size,
+        num_hidden_layers=recipe.layers,
+        num_attention_heads=recipe.heads,
+        num_key_value_heads=recipe.heads,
+        max_position_embeddings=recipe.max_positions,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(cfg)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    formats = warmup_formats(recipe, suites["arith"], suites["sort"])
+    harnesses = [Harness.from_text(f.harness) for f in formats]
+    exclude = _exclusions(recipe, suites)
+    rng = random.Random(f"whale-tiny:{recipe.seed}")
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.98), weight_decay=recipe.weight_decay)
+
+    def lr_at(step: int) -> float:
+        warm = min(1.0, (step + 1) / max(1, recipe.warmup_steps))
+        return warm * 0.5 * (1.0 + math.cos(math.pi * step / recipe.steps))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    model.train()
+    queue: list[Any] = []
+    for step in range(recipe.steps):
+        if not queue:
+            chunk = min(recipe.bucket_batches, recipe.steps - step) * recipe.batch_size
+            queue = _batches(
+                tok, _examples(recipe, formats, harnesses, suites, tok, rng, chunk, exclude), recipe.batch_size, rng
+            )
+        x, y, m = queue.pop()
+        loss = model(input_ids=x, attention_mask=m, labels=y).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if progress is not None:
+            progress(step + 1, recipe.steps)
+    model.eval()
+    return model
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+
+
+def _eval_problems(recipe: TinyRecipe, digits: int) -> list[Problem]:
+    """The build's evaluation problems for a digit band (deterministic in the seed; excluded from training).
+
+    1-digit sums have only 100 pairs: all of them are used and none is held out (for 1 digit, knowing the table is
+    the skill). Other bands: ``eval_n`` (3 digits) or ``eval_digits_n`` distinct pairs.
+    """
+    lo, hi = (0, 9) if digits == 1 else (10 ** (digits - 1), 10**digits - 1)
+    width = hi - lo + 1
+    n = width**2 if digits == 1 else (recipe.eval_n if digits == 3 else recipe.eval_digits_n)
+    rng = random.Random(f"whale-tiny-eval:{recipe.seed}:{digits}")
+    out = []
+    for idx in rng.sample(range(width**2), min(n, width**2)):
+        a, b = lo + idx // width, lo + idx % width
+        out.append(Problem(f"arith:{a}+{b}", {"a": str(a), "b": str(b)}, str(a + b), {"digits": digits}))
+    return out
+
+
+def _exclusions(recipe: TinyRecipe, suites: dict[str, Suite]) -> frozenset[str]:
+    """Problem ids training must never draw: the arith val/test splits and the build's held-out evaluation sets."""
+    ids = {p.id for split in ("val", "test") for p in suites["arith"].problems(split)}
+    ids |= {p.id for d in recipe.digit_weights if d > 1 for p in _eval_problems(recipe, d)}
+    return frozenset(ids)
+
+
+def _evaluate(recipe: TinyRecipe, model: Any, tok: Any, suites: dict[str, Suite]) -> dict[str, Any]:
+    import torch
+
+    from whale_core.models.policy import Policy
+    from whale_core.rollout import rollout
+
+    policy = Policy(model, tok, "warmup", Path("."), None, torch.device("cpu"))
+    fmts = warmup_formats(recipe, suites["arith"], suites["sort"])
+    formats = {f.name: Harness.from_text(f.harness) for f in fmts}
+    arith, sort = suites["arith"], suites["sort"]
+    three = _eval_problems(recipe, 3)
+    report: dict[str, Any] = {"metric": "greedy exact match on held-out problems (never drawn in training)"}
+    report.update(three_digit={}, by_digits={}, sort={})
+    n_phr = max(len(recipe.plain_phrasings), len(recipe.reversed_phrasings))
+    names = [f"{e}-p{i}-k0" for e in ("plain", "rev") for i in range(n_phr)]
+    names += [f"{e}-p0-k{k}" for e in ("plain", "rev") for k in range(1, len(recipe.text_k))]
+    names += [f"{e}-p0-chat-k1" for e in ("plain", "rev")]
+    for name in names:
+        if name in formats:
+            r = rollout(policy, formats[name], arith, three, batch_size=256, seed=recipe.seed)
+            report["three_digit"][name] = {"accuracy": round(r.score, 4), "n": r.n}
+    for name in ("plain-p0-k0", "rev-p0-k0"):
+        report["by_digits"][name] = {}
+        for d in sorted(recipe.digit_weights):
+            if d == 3:
+                report["by_digits"][name]["3"] = report["three_digit"][name]
+                continue
+            r = rollout(policy, formats[name], arith, _eval_problems(recipe, d), batch_size=256, seed=recipe.seed)
+            report["by_digits"][name][str(d)] = {"accuracy": round(r.score, 4), "n": r.n}
+    sort_val = sort.problems("val")[: recipe.eval_n]
+    r = rollout(policy, formats["sort-k0"], sort, sort_val, batch_size=256, seed=recipe.seed)
+    report["sort"]["sort-k0"] = {"accuracy": round(r.score, 4), "n": r.n, "split": "val"}
+    report["formats"] = {f.name: {"weight": round(f.weight, 6), "harness": f.harness} for f in fmts}
+    return report
+
+
+# ------------------------------------------------------------------------------------------------------ build
+
+
+def tiny_model_dir(home: Path | None = None, recipe: TinyRecipe | None = None) -> Path:
+    """Where the tiny model for ``recipe`` lives (built or not)."""
+    from whale_core.env import whale_home
+
+    recipe = recipe or TinyRecipe()
+    return (home or whale_home()) / "models" / f"tiny-{recipe.hash()}"
+
+
+def _threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # no POSIX locks (Windows): atomic rename alone keeps the cache consistent
+        yield
+        return
+    with path.open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def build_tiny_model(
+    home: Path | None = None, recipe: TinyRecipe | None = None, progress: Progress | None = None
+) -> Path:
+    """Build (or find cached) the tiny model for ``recipe`` under ``home/models/tiny-<hash>/``; return the dir.
+
+    ``progress(step, steps)`` is called after each training step. Deterministic per recipe (seed included).
+    """
+    recipe = recipe or TinyRecipe()
+    final = tiny_model_dir(home, recipe)
+    if (final / "warmup_report.json").exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(final.parent / f".{final.name}.lock"):
+        if (final / "warmup_report.json").exists():  # built by someone else while we waited
+            return final
+        t0, c0 = time.perf_counter(), time.process_time()
+        arith, sort = _arith_and_sort()
+        suites = {"arith": arith, "sort": sort}
+        tok = make_tokenizer()
+        with _deterministic(recipe.seed):
+            model = _train(recipe, tok, suites, progress)
+        train_s, train_cpu = time.perf_counter() - t0, time.process_time() - c0
+        report = _evaluate(recipe, model, tok, suites)
+        report.update(recipe_hash=recipe.hash(), train_seconds=round(train_s, 1), train_cpu_seconds=round(train_cpu, 1))
+        report.update(build_seconds=round(time.perf_counter() - t0, 1), torch_threads=_threads())
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+        try:
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            (tmp / "recipe.json").write_text(json.dumps(recipe.model_dump(mode="json"), indent=2) + "\n")
+            (tmp / "warmup_report.json").write_text(json.dumps(report, indent=2) + "\n")
+            if final.exists():  # a stale partial dir from an older, non-atomic writer: replace it
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return final

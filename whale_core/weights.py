@@ -1,0 +1,621 @@
+"""The weights leg: GRPO post-training of the policy against a frozen harness (TRL ``GRPOTrainer`` + PEFT LoRA).
+
+The harness renders every train-split problem (few-shot demos included) into TRL's ``prompt`` column as the exact
+string the model sees at evaluation (chat-mode harnesses render through the tokenizer's chat template, so the column
+is still a plain string: TRL 1.16 then tokenizes it like any text prompt and the model is trained on what it is
+evaluated on). The reward is the suite's score of ``harness.parse_answer(completion)`` (`whale_core.rewards`), plus an
+optional generic shaping term (character similarity of the parsed answer to gold); the task score is what is reported.
+GRPO itself is TRL's: this module only builds the dataset, the rewards, the model (LoRA adapter or full weights,
+continued from a parent checkpoint) and the ``GRPOConfig``, then records what happened.
+
+Contracts:
+- ``policy.model`` is trained in place (LoRA layers are injected into it, or its weights change) and left in eval
+  mode; use the returned `Checkpoint` (``load_policy(base, adapter=ckpt.path)``) for a clean policy afterwards.
+- ``out_dir/trainer/`` holds TRL's ``save_steps`` checkpoints; calling again with the same ``out_dir`` after a crash
+  resumes from the last complete one (``LegResult.resumed_from_step``); after a finished leg it returns the stored
+  result. ``out_dir/checkpoint/`` is the leg's product (adapter or model, tokenizer, ``whale_checkpoint.json``).
+- Completions are counted in the reward function (each generated completion is scored exactly once) and the leg never
+  runs a step that would take it past ``max_completions``.
+
+Simplified: the difficulty filter probes a seeded sample of train problems with the base policy (its cost is counted
+in ``LegResult.completions``); stop strings that are one token end generation (they join the EOS ids), longer ones
+are cut before parsing only; the GPU-only vLLM options are passed through to TRL untested here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import hashlib
+import json
+import random
+import shutil
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from whale_core.rewards import SimilarityReward, TaskScoreReward
+from whale_core.suites.base import Problem
+
+LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
+Scheduler = Literal["constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr"]
+CHECKPOINT_FILE = "whale_checkpoint.json"
+_LEG_STATE = "whale_leg_state.json"
+# GRPOConfig fields WHALE sets itself: `extra` may not override them (first-class knobs are named in the error).
+_OWNED = {
+    "output_dir",
+    "max_steps",
+    "resume_from_checkpoint",
+    "report_to",
+    "logging_steps",
+    "save_strategy",
+    "activation_checkpointing",
+}
+
+
+class DifficultyFilter(BaseModel):
+    """Keep train problems whose sampled base accuracy lies in ``[low, high]`` (the learnable band).
+
+    Probes ``max_problems`` train problems (seeded sample) with ``samples`` completions each at the leg's temperature,
+    scored against the train split's gold answers only. Cost: ``max_problems * samples`` extra completions, counted.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    low: float = Field(0.1, ge=0.0, le=1.0)
+    high: float = Field(0.6, ge=0.0, le=1.0)
+    samples: int = Field(8, ge=1, le=64)
+    max_problems: int = Field(512, ge=1)
+    min_keep: int = Field(16, ge=1, description="fewer survivors than this: train on all probed problems")
+
+
+class WeightsConfig(BaseModel):
+    """The weights leg's knobs. Defaults are the tuned tiny-model recipe (docs/weights-leg.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(800, ge=1)
+    learning_rate: float = Field(5e-5, gt=0)
+    num_generations: int = Field(8, ge=2, description="group size G (completions per prompt)")
+    per_device_train_batch_size: int = Field(64, ge=2, description="completions per step; a multiple of G")
+    temperature: float = Field(0.7, gt=0, description="exploration temperature (not the harness's)")
+    beta: float = Field(0.0, ge=0)
+    loss_type: LossType = "dapo"
+    lora: bool = True
+    lora_r: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    lora_dropout: float = Field(0.0, ge=0, lt=1)
+    lora_target_modules: str | list[str] = "all-linear"
+    lr_scheduler_type: Scheduler = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    max_completion_length: int | None = Field(None, ge=1, description="None: the harness's decoding.max_new_tokens")
+    shaping_weight: float = Field(1.0, ge=0, description="weight of the similarity shaping reward; 0 disables it")
+    difficulty_filter: DifficultyFilter | None = None
+    save_steps: int = Field(100, ge=1)
+    seed: int = 0
+    gradient_checkpointing: bool = False
+    bf16: bool | None = Field(None, description="None: on for CUDA with bf16 support, off on CPU")
+    use_vllm: bool = Field(False, description="GPU only: TRL's vLLM generation (needs vllm installed)")
+    vllm_mode: Literal["colocate", "server"] = "colocate"
+    keep_trainer_checkpoints: bool = Field(False, description="keep out_dir/trainer/ after the leg finished")
+    extra: dict[str, Any] = Field(default_factory=dict, description="raw GRPOConfig overrides")
+
+    @model_validator(mode="after")
+    def _check(self) -> WeightsConfig:
+        if self.per_device_train_batch_size % self.num_generations:
+            raise ValueError(
+                f"per_device_train_batch_size ({self.per_device_train_batch_size}) must be a multiple of "
+                f"num_generations ({self.num_generations})"
+            )
+        f = self.difficulty_filter
+        if f is not None and f.low > f.high:
+            raise ValueError(f"difficulty_filter: low ({f.low}) must be <= high ({f.high})")
+        return self
+
+
+@dataclass
+class Checkpoint:
+    """A trained policy on disk. ``id``: sha256 of the trained weights' contents (adapter tensors for LoRA).
+
+    ``base_model``: the model dir the adapter applies to (LoRA) or the base the full model descends from.
+    ``step``: GRPO steps in the whole lineage (parent's step + this leg's).
+    """
+
+    id: str
+    path: str
+    parent_id: str | None
+    harness_sha: str
+    base_model: str
+    step: int
+    is_lora: bool
+
+    @classmethod
+    def load(cls, path: str | Path) -> Checkpoint:
+        """Read ``whale_checkpoint.json`` of a checkpoint dir; ``path`` is where the dir is now (it may have moved)."""
+        data = json.loads((Path(path) / CHECKPOINT_FILE).read_text())
+        return cls(**{**data, "path": str(Path(path).resolve())})
+
+
+@dataclass
+class StepMetrics:
+    """One optimizer step from TRL's logs. Rewards are the task score's; ``completions`` is the leg's running total."""
+
+    step: int
+    reward_mean: float
+    reward_std: float
+    frac_zero_std_groups: float
+    kl: float | None
+    seconds: float  # TRL's step_time: generation + loss + backward, without the optimizer update
+    completions: int
+
+
+@dataclass
+class LegResult:
+    checkpoint: Checkpoint
+    steps: list[StepMetrics]
+    completions: int  # GRPO completions + difficulty-filter probes
+    seconds: float  # wall time of this call
+    resumed_from_step: int | None
+    filter_completions: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def completions_per_step(cfg: WeightsConfig) -> int:
+    """Completions TRL generates per optimizer step (single process)."""
+    accum = int(cfg.extra.get("gradient_accumulation_steps", 1))
+    iters = int(cfg.extra.get("num_iterations", 1))
+    return max(1, cfg.per_device_train_batch_size * accum // iters)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence transformers' "gradient_checkpointing is deprecated ... v6" FutureWarnings that TRL/PEFT trigger."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*deprecated and will be removed in v6.*", category=FutureWarning)
+        yield
+
+
+def _tensor_hash(files: Sequence[Path]) -> str:
+    import torch
+    from safetensors.torch import load_file
+
+    h = hashlib.sha256()
+    for f in sorted(files):
+        tensors = load_file(str(f))
+        for name in sorted(tensors):
+            t = tensors[name].contiguous()
+            h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+            h.update(t.view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _valid_checkpoints(trainer_dir: Path) -> list[tuple[int, Path]]:
+    """TRL checkpoints that were written completely (trainer_state.json is written last), newest first."""
+    found = []
+    for d in trainer_dir.glob("checkpoint-*") if trainer_dir.is_dir() else []:
+        suffix = d.name.split("-", 1)[1]
+        if suffix.isdigit() and (d / "trainer_state.json").is_file():
+            found.append((int(suffix), d))
+        elif suffix.isdigit():
+            shutil.rmtree(d, ignore_errors=True)  # a save interrupted by a kill: unusable
+    return sorted(found, reverse=True)
+
+
+def _grpo_args(
+    cfg: WeightsConfig, trainer_dir: Path, max_steps: int, max_len: int, on_cpu: bool, cuda_bf16: bool
+) -> Any:
+    """The GRPOConfig of the leg: WeightsConfig's knobs, WHALE's fixed settings, then ``extra`` (checked)."""
+    from trl import GRPOConfig
+
+    valid = {f.name for f in dataclasses.fields(GRPOConfig)}
+    for key in cfg.extra:
+        if key not in valid:
+            import difflib
+
+            close = difflib.get_close_matches(key, sorted(valid), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"weights.extra: {key!r} is not a GRPOConfig field{hint}")
+        if key in _OWNED or key in WeightsConfig.model_fields:
+            raise ValueError(f"weights.extra: {key!r} is set by WHALE; use weights.{key} if it is a WeightsConfig knob")
+    bf16 = cfg.bf16 if cfg.bf16 is not None else (not on_cpu and cuda_bf16)
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(trainer_dir),
+        max_steps=max_steps,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler_type,
+        warmup_steps=cfg.warmup_steps,
+        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        num_generations=cfg.num_generations,
+        temperature=cfg.temperature,
+        beta=cfg.beta,
+        loss_type=cfg.loss_type,
+        max_completion_length=max_len,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=2,
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=on_cpu,
+        bf16=bf16,
+        activation_checkpointing=cfg.gradient_checkpointing,
+        reward_weights=[1.0, cfg.shaping_weight] if cfg.shaping_weight > 0 else None,
+        use_vllm=cfg.use_vllm,
+        vllm_mode=cfg.vllm_mode,
+        log_completions=False,
+        dataloader_num_workers=0,
+    )
+    kwargs.update(cfg.extra)
+    return GRPOConfig(**kwargs)
+
+
+def _prepare_model(policy: Any, cfg: WeightsConfig, parent: Checkpoint | None) -> tuple[Any, Any, str]:
+    """The model to hand TRL, the LoraConfig to pass (None when the model already carries its adapter) and the
+    base-model path a LoRA checkpoint of this leg applies to."""
+    from peft import LoraConfig, PeftModel
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    model = policy.model
+    base_path = str(policy.base_path)
+    start_adapter: str | None = None
+    if parent is not None and parent.is_lora:
+        if str(policy.adapter_path or "") != parent.path:
+            start_adapter = parent.path
+        base_path = parent.base_model
+    elif parent is not None:  # a full-weights parent: train on top of its weights
+        if str(policy.base_path) != parent.path:
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(parent.path, dtype=model.dtype).to(model.device)
+        base_path = parent.path
+    if start_adapter is not None:
+        if isinstance(model, PeftModel):
+            model = model.get_base_model()
+        if any(isinstance(m, BaseTunerLayer) for m in model.modules()):
+            raise ValueError(
+                "policy.model already carries LoRA layers (trained in place by an earlier leg?); reload the policy "
+                "with load_policy(...) before chaining from a parent checkpoint"
+            )
+        model = PeftModel.from_pretrained(model, start_adapter, is_trainable=True)
+    if isinstance(model, PeftModel):
+        if not cfg.lora:
+            return model.merge_and_unload(), None, base_path
+        for name, p in model.named_parameters():
+            p.requires_grad_("lora_" in name)
+        return model, None, base_path
+    if not cfg.lora:
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return model, None, base_path
+    peft_config = LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=cfg.lora_target_modules,
+        task_type="CAUSAL_LM",
+    )
+    return model, peft_config, base_path
+
+
+def _stop_token_ids(tokenizer: Any, stops: Sequence[str]) -> list[int]:
+    ids = []
+    for s in stops:
+        enc = tokenizer.encode(s, add_special_tokens=False)
+        if s and len(enc) == 1:
+            ids.append(int(enc[0]))
+    return ids
+
+
+def _trl_chat_prompt(text: str, tokenizer: Any, name: str) -> str:
+    """A chat-rendered prompt as TRL must receive it. The chat template already wrote the special tokens (rollouts
+    tokenize it without adding any), but TRL 1.16 tokenizes string prompts *with* them: drop a leading BOS text
+    when that makes both tokenizations equal, and refuse a prompt that would still differ."""
+    want = tokenizer(text, add_special_tokens=False).input_ids
+    if tokenizer(text).input_ids == want:
+        return text
+    bos = tokenizer.bos_token
+    if bos and text.startswith(bos) and tokenizer(text[len(bos) :]).input_ids == want:
+        return text[len(bos) :]
+    raise ValueError(
+        f"harness {name!r} (chat mode): TRL would tokenize the rendered prompt differently from rollouts "
+        "(the tokenizer adds special tokens the chat template did not start with); use a text-mode harness"
+    )
+
+
+def _step_metrics(log_history: list[dict[str, Any]], per_step: int) -> list[StepMetrics]:
+    out = []
+    for e in log_history:
+        if "reward" not in e or "step" not in e:
+            continue
+        out.append(
+            StepMetrics(
+                step=int(e["step"]),
+                reward_mean=float(e.get("rewards/task_score/mean", e["reward"])),
+                reward_std=float(e.get("rewards/task_score/std", e.get("reward_std", 0.0))),
+                frac_zero_std_groups=float(e.get("frac_reward_zero_std", 0.0)),
+                kl=float(e["kl"]) if e.get("kl") is not None else None,
+                seconds=float(e.get("step_time", 0.0)),
+                completions=int(e["step"]) * per_step,
+            )
+        )
+    return out
+
+
+def train_weights_leg(
+    policy: Any,
+    harness: Any,
+    suite: Any,
+    cfg: WeightsConfig,
+    *,
+    out_dir: Path,
+    max_completions: int | None = None,
+    parent_checkpoint: Checkpoint | None = None,
+    progress: Callable[[StepMetrics], None] | None = None,
+    callbacks: Sequence[Any] = (),
+) -> LegResult:
+    """Run one GRPO leg of ``policy`` against the frozen ``harness`` on ``suite``'s train split (see module doc).
+
+    ``progress`` gets each step's `StepMetrics` as TRL logs it; ``callbacks`` are extra ``transformers``
+    ``TrainerCallback`` objects handed to the trainer (e.g. to inspect the model at ``on_train_begin``).
+    """
+    t0 = time.perf_counter()
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    trainer_dir, final_dir = out_dir / "trainer", out_dir / "checkpoint"
+    per_step = completions_per_step(cfg)
+    spec = {
+        "cfg": cfg.model_dump(mode="json"),
+        "harness": harness.sha,
+        "parent": parent_checkpoint.id if parent_checkpoint else None,
+        "base": str(policy.base_path),
+        "policy_adapter": str(policy.adapter_path) if policy.adapter_path else None,
+        "max_completions": max_completions,
+    }
+    spec_file, result_file = out_dir / "leg_spec.json", out_dir / "leg_result.json"
+    if spec_file.is_file() and json.loads(spec_file.read_text()) != spec:
+        raise ValueError(
+            f"{out_dir} holds a different leg (config, harness, parent or budget differ): use a new out_dir"
+        )
+    spec_file.write_text(json.dumps(spec, indent=1, sort_keys=True))
+    if result_file.is_file() and (final_dir / CHECKPOINT_FILE).is_file():
+        return _load_result(result_file, final_dir)
+
+    decoding = harness.spec.decoding
+    stops = list(decoding.stop or [])
+    max_len = cfg.max_completion_length or int(decoding.max_new_tokens)
+    tokenizer = policy.tokenizer
+    pool = list(suite.problems("train"))
+    if not pool:
+        raise ValueError(f"suite {getattr(suite, 'name', suite)!r} has no train problems")
+
+    import torch
+    from transformers import PrinterCallback, TrainerCallback
+
+    with _quiet():
+        model, peft_config, adapter_base = _prepare_model(policy, cfg, parent_checkpoint)
+    start = copy.copy(policy)  # the leg's starting policy (parent adapter loaded) for the difficulty probe
+    start.model = model
+    problems, filter_cost = _filtered_problems(start, harness, suite, cfg, pool, out_dir)
+    budget = None if max_completions is None else max_completions - filter_cost
+    max_steps = cfg.steps if budget is None else min(cfg.steps, budget // per_step)
+    if max_steps < 1:
+        raise ValueError(
+            f"max_completions={max_completions} leaves {budget} completions after the difficulty filter: less than "
+            f"one step ({per_step} completions)"
+        )
+    from datasets import Dataset
+
+    prompts = [harness.render(p, harness.select_demos(p, pool, cfg.seed), tokenizer=tokenizer) for p in problems]
+    if harness.is_chat:
+        prompts = [_trl_chat_prompt(text, tokenizer, harness.name) for text in prompts]
+    dataset = Dataset.from_dict(
+        {"prompt": prompts, "problem_id": [p.id for p in problems], "answer": [p.answer for p in problems]}
+    )
+    task = TaskScoreReward(harness, suite, problems, stops)
+    rewards: list[Any] = [task]
+    if cfg.shaping_weight > 0:
+        rewards.append(SimilarityReward(harness, suite, problems, stops))
+    on_cpu = torch.device(getattr(model, "device", "cpu")).type == "cpu"
+    args = _grpo_args(cfg, trainer_dir, max_steps, max_len, on_cpu, on_cpu is False and torch.cuda.is_bf16_supported())
+    checkpoints = _valid_checkpoints(trainer_dir)
+    resume = checkpoints[0] if checkpoints else None
+    prior = 0
+    if resume is not None:
+        state = resume[1] / _LEG_STATE
+        prior = json.loads(state.read_text())["completions"] if state.is_file() else resume[0] * per_step
+
+    class _LegCallback(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            if max_completions is not None and filter_cost + prior + task.count + per_step > max_completions:
+                control.should_training_stop = True
+
+        def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            ckpt = trainer_dir / f"checkpoint-{state.global_step}"
+            if ckpt.is_dir():
+                (ckpt / _LEG_STATE).write_text(json.dumps({"completions": prior + task.count}))
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
+            if progress is not None and logs and "reward" in logs:
+                for m in _step_metrics([{**logs, "step": state.global_step}], per_step):
+                    progress(m)
+
+    from trl import GRPOTrainer
+
+    gen_cfg = model.generation_config
+    saved_eos = gen_cfg.eos_token_id
+    eos = [saved_eos] if isinstance(saved_eos, int) else list(saved_eos or [])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
+        eos.insert(0, tokenizer.eos_token_id)
+    gen_cfg.eos_token_id = eos + [i for i in _stop_token_ids(tokenizer, stops) if i not in eos]
+    with _quiet():
+        try:
+            trainer = GRPOTrainer(
+                model=model,
+                reward_funcs=rewards,
+                args=args,
+                train_dataset=dataset,
+                processing_class=tokenizer,
+                peft_config=peft_config,
+                callbacks=[_LegCallback(), *callbacks],
+            )
+            trainer.remove_callback(PrinterCallback)  # it prints every log dict; `progress` gets StepMetrics instead
+            trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
+        finally:
+            gen_cfg.eos_token_id = saved_eos
+    trained: Any = trainer.model
+    trained.eval()
+    steps_done = int(trainer.state.global_step)
+    metrics = _step_metrics(trainer.state.log_history, per_step)
+    with _quiet():
+        ckpt = _save_checkpoint(
+            trained, tokenizer, final_dir, harness.sha, parent_checkpoint, adapter_base, policy, steps_done
+        )
+    result = LegResult(
+        checkpoint=ckpt,
+        steps=metrics,
+        completions=filter_cost + prior + task.count,
+        seconds=time.perf_counter() - t0,
+        resumed_from_step=resume[0] if resume else None,
+        filter_completions=filter_cost,
+        extra={"train_problems": len(problems), "max_steps": max_steps},
+    )
+    result_file.write_text(json.dumps(asdict(result), indent=1))
+    if not cfg.keep_trainer_checkpoints:
+        shutil.rmtree(trainer_dir, ignore_errors=True)
+    return result
+
+
+def _filtered_problems(
+    policy: Any, harness: Any, suite: Any, cfg: WeightsConfig, pool: list[Problem], out_dir: Path
+) -> tuple[list[Problem], int]:
+    """The leg's train problems and what the difficulty filter cost in completions (stored: a resume re-uses it).
+
+    The probe is a `rollout` of the leg's starting policy with the harness at the exploration temperature and
+    ``samples`` completions per problem; a problem's accuracy is the mean of its per-sample scores.
+    """
+    f = cfg.difficulty_filter
+    if f is None:
+        return pool, 0
+    store = out_dir / "difficulty_filter.json"
+    by_id = {p.id: p for p in pool}
+    if store.is_file():
+        saved = json.loads(store.read_text())
+        return [by_id[i] for i in saved["kept"]], int(saved["cost"])
+    from whale_core.rollout import rollout
+
+    probed = random.Random(f"whale-filter:{cfg.seed}").sample(pool, min(f.max_problems, len(pool)))
+    probe = harness.evolve(decoding={"temperature": cfg.temperature}, inference={"samples": f.samples})
+    res = rollout(policy, probe, suite, probed, demo_pool=pool, batch_size=256, seed=cfg.seed, split="train")
+    acc = [sum(t.sample_scores) / len(t.sample_scores) if t.sample_scores else 0.0 for t in res.traces]
+    kept = [p for p, a in zip(probed, acc, strict=True) if f.low <= a <= f.high]
+    if len(kept) < f.min_keep:
+        kept = probed
+    saved = {"kept": [p.id for p in kept], "cost": res.completions, "probed": len(probed), "mean": sum(acc) / len(acc)}
+    store.write_text(json.dumps(saved))
+    return kept, res.completions
+
+
+def _save_checkpoint(
+    model: Any,
+    tokenizer: Any,
+    final_dir: Path,
+    harness_sha: str,
+    parent: Checkpoint | None,
+    adapter_base: str,
+    policy: Any,
+    steps_done: int,
+) -> Checkpoint:
+    from peft import PeftModel
+
+    shutil.rmtree(final_dir, ignore_errors=True)
+    final_dir.mkdir(parents=True)
+    is_lora = isinstance(model, PeftModel)
+    model.save_pretrained(str(final_dir))
+    tokenizer.save_pretrained(str(final_dir))
+    weights = list(final_dir.glob("*.safetensors"))
+    if not weights:
+        raise RuntimeError(f"no safetensors weights were written to {final_dir}")
+    ckpt = Checkpoint(
+        id=_tensor_hash(weights),
+        path=str(final_dir),
+        parent_id=parent.id if parent else None,
+        harness_sha=harness_sha,
+        base_model=adapter_base if is_lora else (parent.base_model if parent else str(policy.base_path)),
+        step=(parent.step if parent else 0) + steps_done,
+        is_lora=is_lora,
+    )
+    (final_dir / CHECKPOINT_FILE).write_text(json.dumps(asdict(ckpt), indent=1, sort_keys=True))
+    return ckpt
+
+
+def _load_result(result_file: Path, final_dir: Path) -> LegResult:
+    data = json.loads(result_file.read_text())
+    data["checkpoint"] = Checkpoint.load(final_dir)
+    data["steps"] = [StepMetrics(**s) for s in data["steps"]]
+    data["seconds"] = 0.0
+    return LegResult(**data)
+
+
+def train_command(
+    model: str = "tiny",
+    suite: Any = "arith",
+    harness_path: str | Path | None = None,
+    steps: int | None = None,
+    seed: int = 0,
+    out_dir: str | Path | None = None,
+    *,
+    config: WeightsConfig | None = None,
+    val_problems: int | None = None,
+    device: str = "auto",
+    echo: Callable[[str], None] | None = print,
+) -> dict[str, Any]:
+    """``whale train``: greedy val score before, one weights leg, val score after; returns (and echoes) both.
+
+    ``suite``: a built-in name, a ``SuiteConfig`` or a suite object; ``harness_path``: a harness file (default: the
+    suite's seed harness); ``steps``/``seed`` override ``config``; ``val_problems``: the first n val problems (all by
+    default); ``out_dir``: default ``$WHALE_HOME/runs/train/<harness sha[:10]>-s<seed>``.
+    """
+    from whale_core.env import whale_home
+    from whale_core.harness import Harness
+    from whale_core.models import load_policy
+    from whale_core.rollout import rollout
+    from whale_core.suites import SuiteConfig, load_suite
+
+    say = echo or (lambda _: None)
+    s = load_suite(suite) if isinstance(suite, str | SuiteConfig) else suite
+    harness = Harness.from_file(harness_path) if harness_path else Harness.from_text(s.seed_harness)
+    updates: dict[str, Any] = {"seed": seed} | ({"steps": steps} if steps is not None else {})
+    cfg = WeightsConfig.model_validate({**(config or WeightsConfig()).model_dump(), **updates})
+    out = Path(out_dir) if out_dir else whale_home() / "runs" / "train" / f"{harness.sha[:10]}-s{seed}"
+    val = list(s.problems("val"))[: val_problems or None]
+    policy = load_policy(model, device=device)
+    before = rollout(policy, harness, s, val, batch_size=256, seed=seed).score
+    say(f"val before: {before:.4f} (n={len(val)}, harness {harness.name} {harness.sha[:10]})")
+    leg = train_weights_leg(
+        policy, harness, s, cfg, out_dir=out,
+        progress=lambda m: say(f"step {m.step}: reward {m.reward_mean:.3f}") if m.step % 50 == 0 else None,
+    )  # fmt: skip
+    ck = leg.checkpoint
+    trained = load_policy(ck.base_model, adapter=ck.path, device=device) if ck.is_lora else load_policy(ck.path)
+    after = rollout(trained, harness, s, val, batch_size=256, seed=seed).score
+    say(f"val after:  {after:.4f} ({after - before:+.4f}) in {leg.seconds:.0f} s, {leg.completions} completions")
+    return {
+        "val_before": before,
+        "val_after": after,
+        "val_n": len(val),
+        "checkpoint": ck.path,
+        "checkpoint_id": ck.id,
+        "harness_sha": harness.sha,
+        "steps": ck.step,
+        "completions": leg.completions,
+        "seconds": leg.seconds,
+        "seconds_per_step": sum(m.seconds for m in leg.steps) / max(1, len(leg.steps)),
+    }
