@@ -10,7 +10,7 @@ import pytest
 from whale_core.suites import SPLITS, Problem, SuiteConfig, SuiteError, load_suite
 from whale_core.suites.jsonl import JsonlSuite, SplitFractions, split_counts, to_number
 
-GSM8K = "/work/shared/data/gsm8k-sample.jsonl"
+GSM8K = str(Path(__file__).resolve().parents[1] / "data" / "gsm8k-sample.jsonl")
 
 
 def _write(tmp_path: Path, lines: list[str], name: str = "data.jsonl") -> str:

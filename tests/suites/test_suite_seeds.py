@@ -10,7 +10,7 @@ from whale_core.harness import AnswerParseError, Harness
 from whale_core.suites import SuiteConfig, load_suite
 
 SMALL = {"train": 20, "val": 5, "test": 5}
-GSM8K = "/work/shared/data/gsm8k-sample.jsonl"
+GSM8K = str(Path(__file__).resolve().parents[1] / "data" / "gsm8k-sample.jsonl")
 
 
 def _configs(tmp_path: Path) -> list[SuiteConfig]:
