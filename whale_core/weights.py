@@ -80,8 +80,8 @@ class WeightsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    steps: int = Field(800, ge=1)
-    learning_rate: float = Field(5e-5, gt=0)
+    steps: int = Field(200, ge=1)
+    learning_rate: float = Field(2e-4, gt=0)
     num_generations: int = Field(8, ge=2, description="group size G (completions per prompt)")
     per_device_train_batch_size: int = Field(64, ge=2, description="completions per step; a multiple of G")
     temperature: float = Field(0.7, gt=0, description="exploration temperature (not the harness's)")
