@@ -6,7 +6,7 @@ build writes to a temporary directory and renames it into place, so a killed bui
 lock makes a concurrent second build wait for the first. The same recipe (seed included) gives identical weights on
 the same machine, torch build and thread count.
 
-Model: ``LlamaConfig`` 4 layers x 64 hidden (MLP 256, 4 heads, tied embeddings), ~0.2 M parameters. Simplified on
+Model: ``LlamaConfig`` 4 layers x 64 hidden (MLP 256, 4 heads, tied embeddings), 0.27 M parameters. Simplified on
 purpose from the ~1 M-parameter 4 x 128 model of STACK.md: on this 2-core machine the 128-wide model is ~3x slower
 per step and did not get past the plateau within the build budget (1200 steps: 3-digit sums at <=1 %), while the
 64-wide one does (see the measured figures below).
@@ -35,7 +35,25 @@ harness; ``warmup_report.json`` holds every format's full text and weight.
   the model memorized it and stayed near 0 on held-out sums); 5 % of sequences are the ``sort`` suite's seed
   harness (0–1 demo) on its train split, so that suite is not at 0.
 
-MEASURED
+Measured (default recipe ``182937327d8f``, 1500 steps; greedy exact match on held-out problems, n = 500 per
+format on 3-digit sums; the harness names are `warmup_formats` names, ``plain-p0-k0`` is the arith seed harness):
+
+===================================  =======  ========  =================================  =======  ========
+format (3-digit sums)                plain    reversed  format (3-digit sums)              plain    reversed
+===================================  =======  ========  =================================  =======  ========
+p0 ``Add the two numbers.`` k=0      60.4 %   7.0 %     p0, 1 demo                         50.0 %   9.4 %
+p1 ``What is the sum?`` k=0          62.4 %   7.6 %     p0, 2 demos                        36.6 %   1.2 %
+p2 ``Add:`` k=0                      58.2 %   6.8 %     p0, chat mode, 1 demo              59.2 %   7.6 %
+===================================  =======  ========  =================================  =======  ========
+
+By digits (p0, k=0, plain / reversed): 1 digit 90 / 13 % (n = 100), 2 digits 11.2 / 11.6 % (n = 250), 3 digits
+60.4 / 7.0 %, 4 and 5 digits 0 / 0 % (n = 250 each). ``sort`` seed harness: 0 % (n = 300, val). Build on a shared
+2-core machine: 811 s of training wall time (~0.25 CPU-s per step, single thread), ~30 s of evaluation.
+
+So the harness matters (60 vs 7 % on the same weights) — but the reverse of STACK.md's pre-study (reversed 38 %,
+plain 3.4 %, with a one-character format marker and 3-digit sums only): here the plain format was learned first and
+the reversed one had barely started; 2-digit sums lag 3-digit ones. The transition is sharp: the same recipe at 1000
+steps gave 6 % plain / 0.8 % reversed on 3 digits.
 """
 
 from __future__ import annotations
@@ -279,16 +297,23 @@ def _examples(
 
 @contextlib.contextmanager
 def _deterministic(seed: int) -> Iterator[None]:
+    """Seeded, deterministic algorithms, one torch thread (restored after).
+
+    One thread: the weights then do not depend on the machine's core count, and on a shared 2-core machine it was
+    measured ~4x faster than two threads (100 steps: 47 s vs 209 s wall under load).
+    """
     import torch
 
-    was = torch.are_deterministic_algorithms_enabled()
+    was, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
     torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             yield
     finally:
         torch.use_deterministic_algorithms(was)
+        torch.set_num_threads(threads)
 
 
 def _batches(tok: Any, seqs: list[Sequence_], batch_size: int, rng: random.Random) -> list[Any]:
@@ -370,12 +395,12 @@ def _train(recipe: TinyRecipe, tok: Any, suites: dict[str, Suite], progress: Pro
 def _eval_problems(recipe: TinyRecipe, digits: int) -> list[Problem]:
     """The build's evaluation problems for a digit band (deterministic in the seed; excluded from training).
 
-    1-digit sums have only 100 pairs: all of them are used and none is held out (for 1 digit, knowing the table is
-    the skill). Other bands: ``eval_n`` (3 digits) or ``eval_digits_n`` distinct pairs.
+    1-digit sums have only 100 pairs: up to all of them are used and none is held out (for 1 digit, knowing the
+    table is the skill). Other bands: ``eval_n`` (3 digits) or ``eval_digits_n`` distinct pairs.
     """
     lo, hi = (0, 9) if digits == 1 else (10 ** (digits - 1), 10**digits - 1)
     width = hi - lo + 1
-    n = width**2 if digits == 1 else (recipe.eval_n if digits == 3 else recipe.eval_digits_n)
+    n = recipe.eval_n if digits == 3 else recipe.eval_digits_n
     rng = random.Random(f"whale-tiny-eval:{recipe.seed}:{digits}")
     out = []
     for idx in rng.sample(range(width**2), min(n, width**2)):
@@ -438,12 +463,6 @@ def tiny_model_dir(home: Path | None = None, recipe: TinyRecipe | None = None) -
     return (home or whale_home()) / "models" / f"tiny-{recipe.hash()}"
 
 
-def _threads() -> int:
-    import torch
-
-    return int(torch.get_num_threads())
-
-
 @contextlib.contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
     try:
@@ -483,13 +502,14 @@ def build_tiny_model(
         train_s, train_cpu = time.perf_counter() - t0, time.process_time() - c0
         report = _evaluate(recipe, model, tok, suites)
         report.update(recipe_hash=recipe.hash(), train_seconds=round(train_s, 1), train_cpu_seconds=round(train_cpu, 1))
-        report.update(build_seconds=round(time.perf_counter() - t0, 1), torch_threads=_threads())
+        report.update(build_seconds=round(time.perf_counter() - t0, 1), train_threads=1)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
         try:
             model.save_pretrained(tmp)
             tok.save_pretrained(tmp)
             (tmp / "recipe.json").write_text(json.dumps(recipe.model_dump(mode="json"), indent=2) + "\n")
             (tmp / "warmup_report.json").write_text(json.dumps(report, indent=2) + "\n")
+            tmp.chmod(0o755)  # mkdtemp makes it private; the cache is meant to be shared like any other dir
             if final.exists():  # a stale partial dir from an older, non-atomic writer: replace it
                 shutil.rmtree(final)
             os.replace(tmp, final)
