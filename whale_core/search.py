@@ -449,7 +449,8 @@ def run_harness_leg(
     def score_fn(sha: str, n: int) -> list[float]:
         nonlocal stopped
         if stopped:
-            return scorer.scores.get(sha, [0.0] * n)[:n] + [0.0] * max(0, n - len(scorer.scores.get(sha, [])))
+            have = scorer.scores.get(sha, [])[:n]
+            return have + [0.0] * (n - len(have))
         try:
             return scorer.score(valid[sha], n)
         except _BudgetStop as stop:
