@@ -49,11 +49,12 @@ def _one_run(archive: Archive, variant: Variant, seed: int, run_cfg: WhaleConfig
     except LookupError:
         stored = None
     if stored is not None:
-        diff = config_diff(stored.config, wanted)
+        diff = config_diff(stored.config, wanted, shared_only=True)
         if diff:
             raise CompareError(
                 f"run {run_id} exists with a different config ({', '.join(diff[:8])}); use another compare id"
             )
+        wanted = stored.config  # resume exactly what was started (like `whale resume`)
         summary_file = whale_home() / "runs" / run_id / "summary.json"
         if stored.status == "finished" and summary_file.is_file():
             summary = json.loads(summary_file.read_text())
@@ -117,7 +118,9 @@ def _matrix(cfg: WhaleConfig, spec: CompareSpec, outcomes: list[RunOutcome], arc
 
 
 @flow(name="whale-compare", persist_result=True, validate_parameters=False)
-def whale_compare(compare_id: str, config: dict[str, Any], spec: dict[str, Any], command: str = "") -> dict[str, Any]:
+def whale_compare(
+    compare_id: str, config: dict[str, Any], spec: dict[str, Any], command: str = "", request: Any = None
+) -> dict[str, Any]:
     """Run the plan, then write and log the report; returns a JSON-able summary (also ``compare.json``)."""
     cfg = WhaleConfig.model_validate(config)
     sp = CompareSpec.model_validate(spec)
@@ -143,6 +146,12 @@ def whale_compare(compare_id: str, config: dict[str, Any], spec: dict[str, Any],
         f"iterations ≤ {cfg.iterations}; model `{cfg.model.name}`; suite `{cfg.suite.name}`; seeds {sp.seeds}; "
         f"test problems per run {cfg.rollout.test_problems}."
     )
+    short = [p for p in sp.sweep_phase if 2 * p > cfg.iterations]
+    if short:
+        note += (
+            f"\n\nWarning: with iterations={cfg.iterations}, whale-fixed at phase length {short} cannot finish one "
+            "phase of each leg (it needs 2 x p iterations); raise `iterations` and let the budget end the runs."
+        )
     if matrix_error:
         note += f"\n\nRobustness matrix failed: {matrix_error}"
     paths = write_compare_report(out, compare_id, outcomes, command=command, config_note=note, matrix=matrix)
@@ -152,6 +161,7 @@ def whale_compare(compare_id: str, config: dict[str, Any], spec: dict[str, Any],
         "spec": sp.model_dump(mode="json"),
         "config": config,
         "command": command,
+        "request": request,
         "report": str(paths["report.md"]),
         "mlflow_run_id": mlflow_id,
         "matrix_error": matrix_error,
@@ -193,7 +203,30 @@ def _log_mlflow(
     return run
 
 
-def start_compare(cfg: WhaleConfig, spec: CompareSpec, compare_id: str, command: str = "") -> dict[str, Any]:
-    """Entry point for the CLI: one Prefect flow run of `whale_compare`."""
-    return whale_compare(check_compare_id(compare_id), cfg.model_dump(mode="json"), spec.model_dump(mode="json"),
-                         command)  # fmt: skip
+def resolve_config(compare_id: str, cfg: WhaleConfig, request: Any) -> WhaleConfig:
+    """The base config of a comparison: ``cfg`` for a new id; for an existing id the config it was started with,
+    provided the same options (``request``: config file text and ``--set`` items) are given again. So a resume is
+    not broken by a changed default in a newer WHALE, and changed options are refused rather than mixed in."""
+    state_file = compare_dir(check_compare_id(compare_id)) / "compare.json"
+    if not state_file.is_file():
+        return cfg
+    stored = json.loads(state_file.read_text())
+    if request is not None and stored.get("request") not in (None, request):
+        raise CompareError(
+            f"compare {compare_id} was started with other options ({stored.get('request')}); give the same "
+            f"--config/--set to resume it, or use a new --id"
+        )
+    try:
+        return WhaleConfig.model_validate(stored["config"])
+    except ValueError as exc:
+        raise CompareError(f"compare {compare_id}'s stored config no longer validates: {exc}") from None
+
+
+def start_compare(
+    cfg: WhaleConfig, spec: CompareSpec, compare_id: str, command: str = "", request: Any = None
+) -> dict[str, Any]:
+    """Entry point for the CLI: one Prefect flow run of `whale_compare` (an existing id resumes, `resolve_config`)."""
+    base = resolve_config(compare_id, cfg, request)
+    return whale_compare(
+        check_compare_id(compare_id), base.model_dump(mode="json"), spec.model_dump(mode="json"), command, request
+    )

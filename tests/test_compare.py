@@ -89,11 +89,15 @@ def test_differences_whale_vs_each_baseline_with_standard_error() -> None:
     d = diffs[0]
     assert (d.label, d.baseline) == ("whale-adaptive", "weights-only")
     assert d.diff == pytest.approx(0.3)
-    assert d.se == pytest.approx(math.sqrt(0.02 / 2 + 0.02 / 2))
-    assert "| whale-adaptive | weights-only | +0.3000 | 0.1414 | higher |" in report_markdown("c", outs)
+    # seed spread (sd² / n) plus the binomial noise of a score over test_n = 100 problems, per side
+    se = math.sqrt(0.02 / 2 + 0.6 * 0.4 / 200 + 0.02 / 2 + 0.3 * 0.7 / 200)
+    assert d.se == pytest.approx(se)
+    assert f"| whale-adaptive | weights-only | +0.3000 | {se:.4f} | higher |" in report_markdown("c", outs)
+    same = aggregate([_out("whale-fixed", s, 0.5) for s in range(3)])[0]
+    assert same.sd == 0.0 and same.se == pytest.approx(math.sqrt(0.25 / 300))  # identical seeds are not exact
     close = [_out("whale-fixed", s, v) for s, v in enumerate([0.5, 0.7])]
     close += [_out("weights-only", s, v) for s, v in enumerate([0.45, 0.65])]
-    assert "| +0.0500 | 0.1414 | within 2 s.e. |" in report_markdown("c", close)
+    assert "| +0.0500 | 0.1498 | within 2 s.e. |" in report_markdown("c", close)
 
 
 def test_budget_table_means_worst_case_and_share() -> None:
@@ -196,7 +200,7 @@ def test_write_compare_report_files_and_numbers(tmp_path: Path) -> None:
     md = paths["report.md"].read_text()
     assert "Reproduce: `whale compare --id cmpX`" in md
     assert "| whale-adaptive | whale-adaptive | 2 | 0 | 0.6000 ± 0.1414 |" in md
-    assert "| whale-adaptive | weights-only | +0.3000 | 0.1000 | n/a (1 seed: no spread) |" in md
+    assert "| whale-adaptive | weights-only | +0.3000 |" in md and "| n/a (1 seed: no spread) |" in md
     assert "| harness-only | harness-only | 0 | 1 | — |" in md
     assert "## Failed runs" in md and "boom" in md
     assert "| whale-fixed/s0 | 0.8000 | 0.2500 | 0.5500 | 0.3000 |" in md  # own, cross, drop, held-out
@@ -207,3 +211,32 @@ def test_report_without_finished_runs_still_renders() -> None:
     md = report_markdown("c", [_out("weights-only", 0, None)])
     assert "| weights-only | weights-only | 0 | 1 | — |" in md
     assert "Budget spent" not in md
+
+
+def test_config_diff_shared_only_ignores_fields_added_or_removed() -> None:
+    old = {"weights": {"learning_rate": 5e-5, "steps": 50}}
+    new = {"weights": {"learning_rate": 5e-5, "steps": 50, "scale_rewards": "group"}}
+    assert config_diff(old, new) == ["weights.scale_rewards"]
+    assert config_diff(old, new, shared_only=True) == []
+    changed = {"weights": {"learning_rate": 2e-4, "steps": 50, "scale_rewards": "group"}}
+    assert config_diff(old, changed, shared_only=True) == ["weights.learning_rate"]
+
+
+def test_existing_compare_id_resumes_with_its_stored_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from flows.compare import compare_dir, resolve_config
+
+    monkeypatch.setenv("WHALE_HOME", str(tmp_path))
+    fresh = WhaleConfig.model_validate({"budget": {"total": 999}})
+    request = {"config": None, "set": ["budget.total=999"]}
+    assert resolve_config("new", fresh, request) is fresh
+    stored = fresh.model_dump(mode="json")
+    stored["weights"]["learning_rate"] = 1e-5  # an older default
+    stored["weights"].pop("scale_rewards", None)  # a field a newer version added
+    compare_dir("old").mkdir(parents=True)
+    (compare_dir("old") / "compare.json").write_text(json.dumps({"config": stored, "request": request}))
+    resumed = resolve_config("old", fresh, request)
+    assert resumed.weights.learning_rate == 1e-5 and resumed.budget.total == 999
+    with pytest.raises(CompareError, match="other options"):
+        resolve_config("old", fresh, {"config": None, "set": ["budget.total=5"]})

@@ -515,7 +515,8 @@ def compare_cmd(
     )
     t0 = time.perf_counter()
     try:
-        summary = start_compare(cfg, spec, cid, command=command)
+        request = {"config": config.read_text() if config else None, "set": sorted(set_ or [])}
+        summary = start_compare(cfg, spec, cid, command=command, request=request)
     except CompareError as exc:
         _fail(str(exc))
         return

@@ -11,8 +11,8 @@ from the run summary and the archive's legs) into the report: the bar chart of h
 sd over seeds), the training curves (val metric vs rollouts spent, leg switches marked), the phase-sweep figure, the
 budget table (completions per leg kind) and the Markdown that ties them together with the robustness matrix.
 
-Simplified: "WHALE vs baseline" differences come with a two-sample standard error (``sqrt(sd1²/n1 + sd2²/n2)``), not
-a test: with three seeds that is what the numbers support.
+Simplified: "WHALE vs baseline" differences come with a standard error (seed spread plus the binomial noise of a score
+over ``test_n`` problems, `ModeStats.se`), not a test: with three seeds that is what the numbers support.
 """
 
 from __future__ import annotations
@@ -138,12 +138,14 @@ def variant_config(base: WhaleConfig, variant: Variant, seed: int) -> WhaleConfi
     return WhaleConfig.model_validate(data)
 
 
-def config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """Dotted keys whose values differ between two nested configs (sorted)."""
+def config_diff(old: Mapping[str, Any], new: Mapping[str, Any], *, shared_only: bool = False) -> list[str]:
+    """Dotted keys whose values differ between two nested configs (sorted). ``shared_only``: ignore keys present on
+    one side only (a config section that gained or lost a field between versions of WHALE)."""
     from whale_core.config import flatten
 
     a, b = flatten(old), flatten(new)
-    return sorted(k for k in set(a) | set(b) if a.get(k, "<absent>") != b.get(k, "<absent>"))
+    keys = set(a) & set(b) if shared_only else set(a) | set(b)
+    return sorted(k for k in keys if a.get(k, "<absent>") != b.get(k, "<absent>"))
 
 
 # ------------------------------------------------------------------------------------------------------ outcomes
@@ -221,6 +223,17 @@ class ModeStats:
     sd: float
     values: tuple[float, ...]
     initial_mean: float
+    test_n: int = 0  # test problems per run (the smallest over its seeds)
+
+    @property
+    def se(self) -> float:
+        """Standard error of ``mean``: seed-to-seed spread plus the test set's own sampling noise (a score is a
+        proportion over ``test_n`` problems), so identical seeds on a small test set do not look exact."""
+        if not self.n:
+            return math.nan
+        p = min(max(self.mean, 0.0), 1.0)
+        sampling = p * (1 - p) / (self.n * self.test_n) if self.test_n else 0.0
+        return math.sqrt(self.sd**2 / self.n + sampling)
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -240,13 +253,14 @@ def aggregate(outcomes: Sequence[RunOutcome]) -> list[ModeStats]:
         mean, sd = mean_sd([o.test_final for o in ok if o.test_final is not None])
         init, _ = mean_sd([o.test_initial for o in ok if o.test_initial is not None])
         values = tuple(o.test_final for o in ok if o.test_final is not None)
-        out.append(ModeStats(label, runs[0].mode, len(ok), len(runs) - len(ok), mean, sd, values, init))
+        test_n = min((o.test_n for o in ok), default=0)
+        out.append(ModeStats(label, runs[0].mode, len(ok), len(runs) - len(ok), mean, sd, values, init, test_n))
     return out
 
 
 @dataclass(frozen=True)
 class Difference:
-    """``label`` minus ``baseline`` in mean test score, with the two-sample standard error."""
+    """``label`` minus ``baseline`` in mean test score, with the standard error of the difference (`ModeStats.se`)."""
 
     label: str
     baseline: str
@@ -258,11 +272,7 @@ def differences(stats: Sequence[ModeStats]) -> list[Difference]:
     """Every WHALE variant (``whale-*``) against every non-WHALE variant with at least one finished seed."""
     whale = [s for s in stats if s.mode in WHALE_MODES and s.n]
     base = [s for s in stats if s.mode not in WHALE_MODES and s.n]
-    return [
-        Difference(w.label, b.label, w.mean - b.mean, math.sqrt(w.sd**2 / w.n + b.sd**2 / b.n))
-        for w in whale
-        for b in base
-    ]
+    return [Difference(w.label, b.label, w.mean - b.mean, math.sqrt(w.se**2 + b.se**2)) for w in whale for b in base]
 
 
 @dataclass(frozen=True)
