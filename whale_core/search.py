@@ -522,7 +522,7 @@ def run_harness_leg(
 
 
 class _BudgetStop(Exception):
-    pass
+    """The harness share of the budget cannot pay for the next rollouts."""
 
 
 def _write_traces(path: Path, traces: Sequence[dict[str, Any]]) -> None:

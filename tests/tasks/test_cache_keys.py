@@ -49,8 +49,8 @@ def test_key_changes_with_task_source() -> None:
 
 
 def test_unhashable_input_raises_and_is_recorded() -> None:
-    class Model:  # stands in for a torch module travelling by mistake
-        pass
+    class Model:
+        """Stands in for a torch module travelling by mistake."""
 
     with pytest.raises(CacheKeyError, match="policy"):
         content_key("t", "src", _inputs(policy=Model()))

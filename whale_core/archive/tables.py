@@ -47,7 +47,7 @@ def _check(value: str, allowed: Any, what: str) -> None:
 
 # ---------------------------------------------------------------------------------------------------------------- ORM
 class Base(DeclarativeBase):
-    pass
+    """Declarative base of the archive tables."""
 
 
 class SchemaVersionRow(Base):
