@@ -157,7 +157,23 @@ def _pair(index: int, lo: int) -> tuple[int, int]:
     return lo + c, lo + r
 
 
-class ArithSuite:
+class GeneratedSuite:
+    """Shared by generated suites: splits are built once, on first use, by the subclass's ``_generate``."""
+
+    _splits: dict[Split, tuple[Problem, ...]] | None = None
+
+    def _generate(self) -> dict[Split, tuple[Problem, ...]]:
+        raise TypeError(f"{type(self).__name__} must define _generate()")
+
+    def problems(self, split: Split) -> Sequence[Problem]:
+        if split not in SPLITS:
+            raise SuiteError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+        if self._splits is None:
+            self._splits = self._generate()
+        return self._splits[split]
+
+
+class ArithSuite(GeneratedSuite):
     """Addition of two same-length non-negative integers. See the module docstring for how problems are drawn."""
 
     def __init__(self, seed: int = 0, sizes: Mapping[str, int] | None = None, **options: Any) -> None:
@@ -176,13 +192,6 @@ class ArithSuite:
         )
         self.seed_harness = load_seed("arith")
         self._splits: dict[Split, tuple[Problem, ...]] | None = None
-
-    def problems(self, split: Split) -> Sequence[Problem]:
-        if split not in SPLITS:
-            raise SuiteError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
-        if self._splits is None:
-            self._splits = self._generate()
-        return self._splits[split]
 
     def score(self, answer: str | None, problem: Problem) -> float:
         return score_integer(answer, problem.answer)

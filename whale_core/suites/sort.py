@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from whale_core.suites.arith import allocate_splits, canonical_int, check_sizes, load_seed
+from whale_core.suites.arith import GeneratedSuite, allocate_splits, canonical_int, check_sizes, load_seed
 from whale_core.suites.base import SPLITS, Problem, Split
 from whale_core.suites.registry import SuiteError, parse_options
 
@@ -50,7 +50,7 @@ class SortOptions(BaseModel):
         return self
 
 
-class SortSuite:
+class SortSuite(GeneratedSuite):
     """Sort a list of small integers ascending. See the module docstring."""
 
     def __init__(self, seed: int = 0, sizes: Mapping[str, int] | None = None, **options: Any) -> None:
@@ -72,13 +72,6 @@ class SortSuite:
         )
         self.seed_harness = load_seed("sort")
         self._splits: dict[Split, tuple[Problem, ...]] | None = None
-
-    def problems(self, split: Split) -> Sequence[Problem]:
-        if split not in SPLITS:
-            raise SuiteError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
-        if self._splits is None:
-            self._splits = self._generate()
-        return self._splits[split]
 
     def score(self, answer: str | None, problem: Problem) -> float:
         if answer is None:
