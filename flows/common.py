@@ -7,7 +7,6 @@ iteration the archive already holds as *done* — its tasks come back ``Cached``
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,7 +89,3 @@ class ReplayArchive:
         if name in self._WRITES:
             return lambda *args, **kwargs: _Stub()
         return getattr(self._archive, name)
-
-
-def asdict_shallow(obj: Any) -> dict[str, Any]:
-    return dataclasses.asdict(obj)
