@@ -28,6 +28,7 @@ def bare_trl(model_name: str, harness: Any, suite: Any, cfg: Any, out: Path) -> 
     """A plain TRL + PEFT GRPO script. Returns (seconds, final task reward)."""
     from datasets import Dataset
     from peft import LoraConfig
+    from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from whale_core.models import load_policy
@@ -93,6 +94,7 @@ def bare_trl(model_name: str, harness: Any, suite: Any, cfg: Any, out: Path) -> 
         processing_class=policy.tokenizer,
         peft_config=peft,
     )
+    trainer.remove_callback(PrinterCallback)  # no per-step log printing (the WHALE side prints nothing either)
     trainer.train()
     trainer.model.save_pretrained(str(out / "final"))
     seconds = time.perf_counter() - t0

@@ -87,6 +87,7 @@ class WeightsConfig(BaseModel):
     temperature: float = Field(0.7, gt=0, description="exploration temperature (not the harness's)")
     beta: float = Field(0.0, ge=0)
     loss_type: LossType = "dapo"
+    scale_rewards: Literal["group", "batch", "none"] = Field("group", description="advantage scaling (TRL)")
     lora: bool = True
     lora_r: int = Field(16, ge=1)
     lora_alpha: int = Field(32, ge=1)
@@ -224,35 +225,15 @@ def _grpo_args(
         if key in _OWNED or key in WeightsConfig.model_fields:
             raise ValueError(f"weights.extra: {key!r} is set by WHALE; use weights.{key} if it is a WeightsConfig knob")
     bf16 = cfg.bf16 if cfg.bf16 is not None else (not on_cpu and cuda_bf16)
-    kwargs: dict[str, Any] = dict(
-        output_dir=str(trainer_dir),
-        max_steps=max_steps,
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler_type,
-        warmup_steps=cfg.warmup_steps,
-        per_device_train_batch_size=cfg.per_device_train_batch_size,
-        num_generations=cfg.num_generations,
-        temperature=cfg.temperature,
-        beta=cfg.beta,
-        loss_type=cfg.loss_type,
-        max_completion_length=max_len,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        logging_steps=1,
-        save_strategy="steps",
-        save_steps=cfg.save_steps,
-        save_total_limit=2,
-        report_to="none",
-        disable_tqdm=True,
-        use_cpu=on_cpu,
-        bf16=bf16,
-        activation_checkpointing=cfg.gradient_checkpointing,
+    same = ("learning_rate", "lr_scheduler_type", "warmup_steps", "per_device_train_batch_size", "num_generations",
+            "temperature", "beta", "loss_type", "scale_rewards", "seed", "save_steps", "use_vllm",
+            "vllm_mode")  # fmt: skip
+    kwargs: dict[str, Any] = {k: getattr(cfg, k) for k in same} | dict(
+        output_dir=str(trainer_dir), max_steps=max_steps, max_completion_length=max_len, data_seed=cfg.seed,
+        logging_steps=1, save_strategy="steps", save_total_limit=2, report_to="none", disable_tqdm=True,
+        use_cpu=on_cpu, bf16=bf16, activation_checkpointing=cfg.gradient_checkpointing, log_completions=False,
         reward_weights=[1.0, cfg.shaping_weight] if cfg.shaping_weight > 0 else None,
-        use_vllm=cfg.use_vllm,
-        vllm_mode=cfg.vllm_mode,
-        log_completions=False,
-        dataloader_num_workers=0,
-    )
+    )  # fmt: skip
     kwargs.update(cfg.extra)
     return GRPOConfig(**kwargs)
 
@@ -524,15 +505,10 @@ def _filtered_problems(
 
 
 def _save_checkpoint(
-    model: Any,
-    tokenizer: Any,
-    final_dir: Path,
-    harness_sha: str,
-    parent: Checkpoint | None,
-    adapter_base: str,
-    policy: Any,
-    steps_done: int,
-) -> Checkpoint:
+    model: Any, tokenizer: Any, final_dir: Path, harness_sha: str, parent: Checkpoint | None, adapter_base: str,
+    policy: Any, steps_done: int,
+) -> Checkpoint:  # fmt: skip
+    """Save the trained adapter (or model) and tokenizer; write ``whale_checkpoint.json`` (id = hash of tensors)."""
     from peft import PeftModel
 
     shutil.rmtree(final_dir, ignore_errors=True)
@@ -543,15 +519,12 @@ def _save_checkpoint(
     weights = list(final_dir.glob("*.safetensors"))
     if not weights:
         raise RuntimeError(f"no safetensors weights were written to {final_dir}")
+    full_base = parent.base_model if parent else str(policy.base_path)
     ckpt = Checkpoint(
-        id=_tensor_hash(weights),
-        path=str(final_dir),
-        parent_id=parent.id if parent else None,
-        harness_sha=harness_sha,
-        base_model=adapter_base if is_lora else (parent.base_model if parent else str(policy.base_path)),
-        step=(parent.step if parent else 0) + steps_done,
-        is_lora=is_lora,
-    )
+        id=_tensor_hash(weights), path=str(final_dir), parent_id=parent.id if parent else None,
+        harness_sha=harness_sha, base_model=adapter_base if is_lora else full_base,
+        step=(parent.step if parent else 0) + steps_done, is_lora=is_lora,
+    )  # fmt: skip
     (final_dir / CHECKPOINT_FILE).write_text(json.dumps(asdict(ckpt), indent=1, sort_keys=True))
     return ckpt
 
@@ -607,15 +580,8 @@ def train_command(
     trained = load_policy(ck.base_model, adapter=ck.path, device=device) if ck.is_lora else load_policy(ck.path)
     after = rollout(trained, harness, s, val, batch_size=256, seed=seed).score
     say(f"val after:  {after:.4f} ({after - before:+.4f}) in {leg.seconds:.0f} s, {leg.completions} completions")
-    return {
-        "val_before": before,
-        "val_after": after,
-        "val_n": len(val),
-        "checkpoint": ck.path,
-        "checkpoint_id": ck.id,
-        "harness_sha": harness.sha,
-        "steps": ck.step,
-        "completions": leg.completions,
-        "seconds": leg.seconds,
-        "seconds_per_step": sum(m.seconds for m in leg.steps) / max(1, len(leg.steps)),
-    }
+    return dict(
+        val_before=before, val_after=after, val_n=len(val), checkpoint=ck.path, checkpoint_id=ck.id,
+        harness_sha=harness.sha, steps=ck.step, completions=leg.completions, seconds=leg.seconds,
+        seconds_per_step=sum(m.seconds for m in leg.steps) / max(1, len(leg.steps)),
+    )  # fmt: skip
