@@ -113,9 +113,11 @@ def block_ascent_iteration(
         spent_before = bud.spent
         try:
             if kind == "weights":
+                population = _population(h, cfg, state, as_of or leg.started)
                 policy, harness, accepted = _weights_leg(
-                    h, cfg, iteration, state, base, bud, suite_cfg, opts, child, generation, replay=done is not None
-                )
+                    h, cfg, iteration, state, base, bud, suite_cfg, opts, child, generation, population,
+                    replay=done is not None,
+                )  # fmt: skip
             else:
                 policy, harness, accepted = _harness_leg(
                     h, cfg, iteration, state, bud, suite_cfg, opts, child, archive, leg.id, as_of
@@ -165,6 +167,18 @@ def block_ascent_iteration(
     return IterationResult(new_state, outcome, decision, bud.to_dict(), used, done is not None)
 
 
+def _population(h: RunHandles, cfg: Any, state: IterState, as_of: Any) -> list[HarnessRef]:
+    """The mitigation's extra harnesses for this weights leg (``weights.population.k`` best val-scored harnesses of
+    the run other than the incumbent, from evaluations before the leg first started); empty when off."""
+    k = cfg.weights.population.k
+    if k <= 0:
+        return []
+    from whale_core.robustness import population_harnesses
+
+    members = population_harnesses(h.archive, h.run_id, state.harness.load(), k, as_of=as_of)
+    return [HarnessRef.of(m) for m in members[1:]]
+
+
 def _weights_leg(
     h: RunHandles,
     cfg: Any,
@@ -176,6 +190,7 @@ def _weights_leg(
     opts: dict[str, Any],
     child: str,
     generation: int,
+    population: list[HarnessRef],
     replay: bool,
 ) -> tuple[PolicyRef, HarnessRef, bool]:
     reserve = cfg.rollout.val_problems
@@ -194,6 +209,7 @@ def _weights_leg(
         generation,
         cap,
         str(out_dir),
+        population,
     )
     bud.charge("weights", min(out.completions, bud.remaining("weights")))
     ckpt = out.checkpoint

@@ -1,5 +1,7 @@
 """``grpo-update``: one weights leg (GRPO + LoRA) against the frozen incumbent harness.
 
+``population``: the mitigation's extra harnesses (``weights.population``), chosen by the flow from the archive.
+
 The leg's ``out_dir`` is fixed by (run, iteration, generation), so a retry of this task — or a resumed run after a
 crash — finds the TRL checkpoints the interrupted attempt saved and continues from the last one, not from step 0.
 """
@@ -46,6 +48,7 @@ def grpo_update(
     generation: int,
     max_completions: int | None,
     out_dir: str,
+    population: list[HarnessRef] | None = None,
 ) -> WeightsOutcome:
     from whale_core.weights import WeightsConfig, train_weights_leg
 
@@ -60,6 +63,7 @@ def grpo_update(
         out_dir=Path(out_dir),
         max_completions=max_completions,
         parent_checkpoint=parent,
+        population=[m.load() for m in population or []],
     )
     return WeightsOutcome(
         policy=PolicyRef.of_checkpoint(base, leg.checkpoint),

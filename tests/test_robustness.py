@@ -151,6 +151,10 @@ def test_population_is_incumbent_then_best_others(tmp_path: Path, seed_h: Harnes
     pop = population_harnesses(archive, "r0", hs[0], 3)
     assert [h.sha for h in pop] == [hs[0].sha, hs[1].sha]  # only one other harness was scored in r0
     assert PopulationConfig().k == 0
+    # as_of: only evaluations recorded before it count (a replayed leg sees what its first attempt saw)
+    first = min(e.created for e in archive.evaluations("r0", split="val"))
+    assert population_harnesses(archive, "r0", hs[0], 3, as_of=first) == [hs[0]]
+    assert best_val_harnesses(archive, "r0", 5, as_of=first) == []
 
 
 def test_assign_population_is_balanced_and_deterministic() -> None:

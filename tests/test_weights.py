@@ -149,6 +149,21 @@ def test_similarity_reward_is_graded_and_never_raises(suite: Any) -> None:
     assert similarity("579", "579 ") == 1.0 and similarity("", "") == 1.0
 
 
+def test_population_rewards_parse_each_completion_with_the_member_that_rendered_it(suite: Any) -> None:
+    plain = Harness.from_text(suite.seed_harness)
+    reverse = plain.evolve(answer={"reverse": True})
+    p = Problem(id="123+456", fields={"a": "123", "b": "456"}, answer="579")
+    pop = [(plain, ["\n"]), (reverse, ["\n"])]
+    r = TaskScoreReward(plain, suite, [p], stops=["\n"], population=pop)
+    got = r(completions=["579", "579", "975", "975"], problem_id=[p.id] * 4, harness_idx=[0, 1, 0, 1])
+    assert got == [1.0, 0.0, 0.0, 1.0] and r.count == 4
+    assert r(completions=["579"], problem_id=[p.id]) == [1.0]  # no harness_idx column: the incumbent parses
+    s = SimilarityReward(plain, suite, [p], stops=["\n"], population=pop)
+    assert s(completions=["975"], problem_id=[p.id], harness_idx=[1]) == [1.0]
+    with pytest.raises(IndexError, match="outside the population"):
+        r(completions=["1"], problem_id=[p.id], harness_idx=[2])
+
+
 def test_config_validation() -> None:
     with pytest.raises(ValueError, match="multiple of num_generations"):
         WeightsConfig(per_device_train_batch_size=10, num_generations=4)
@@ -242,6 +257,27 @@ def test_chained_legs_continue_from_the_parent_adapter(micro: Path, suite: Any, 
         key = next(k for k in start if k.replace(".default", "") == name)
         assert (start[key] == tensor).all(), name
     assert second.parent_id == first.id and second.step == 4 and second.id != first.id
+
+
+@pytest.mark.slow
+def test_population_leg_trains_on_prompts_of_every_member(
+    micro: Path, suite: Any, loose: Harness, tmp_path: Path
+) -> None:
+    other = loose.evolve(instruction="Sum the two numbers.", name="loose-other")
+    inc, mem = _CountingHarness(loose), _CountingHarness(other)
+    cfg = WeightsConfig(steps=2, save_steps=50, population={"k": 1, "incumbent_weight": 0.5}, **SMALL)
+    res = train_weights_leg(policy(micro), inc, suite, cfg, out_dir=tmp_path / "pop", population=[mem, inc])
+    # 2 steps x 16 completions, each parsed by its own member for both rewards; both members rendered prompts
+    assert inc.parsed + mem.parsed == 2 * 32 and inc.parsed > 0 and mem.parsed > 0
+    spec = json.loads((tmp_path / "pop" / "leg_spec.json").read_text())
+    assert spec["population"] == [other.sha] and res.checkpoint.harness_sha == loose.sha
+    with pytest.raises(ValueError, match="different leg"):  # the same out_dir with another population
+        train_weights_leg(policy(micro), loose, suite, cfg, out_dir=tmp_path / "pop")
+    # a leg spec written before WeightsConfig gained a (defaulted) field still matches: the leg is not refused
+    old = {**spec, "cfg": {k: v for k, v in spec["cfg"].items() if k != "scale_rewards"}}
+    (tmp_path / "pop" / "leg_spec.json").write_text(json.dumps(old))
+    again = train_weights_leg(policy(micro), inc, suite, cfg, out_dir=tmp_path / "pop", population=[mem])
+    assert again.checkpoint == res.checkpoint
 
 
 RESUME_SCRIPT = """

@@ -13,6 +13,10 @@ completion: anything that fails to parse (or makes the scorer raise) scores 0.
   suite-specific): it gives a graded signal where exact match is all-or-nothing, e.g. ``579`` vs gold ``578`` → 0.67.
   Unparsable → 0.
 
+Population (the co-overfitting mitigation): built with ``population=[h0, h1, ...]`` instead of one harness, a reward
+parses each completion with the member named by the dataset's ``harness_idx`` column (the member that rendered that
+prompt), cut at that member's stop strings.
+
 Simplified: the harness's ``inference.samples``/``aggregate`` (self-consistency) is an evaluation-time policy and plays
 no part here: each sampled completion is rewarded on its own, which is what GRPO's group advantage needs.
 """
@@ -69,11 +73,29 @@ class _ProblemReward(ABC):
 
     __name__ = "reward"
 
-    def __init__(self, harness: _HarnessLike, suite: _SuiteLike, problems: Iterable[Problem], stops: Sequence[str]):
+    def __init__(
+        self,
+        harness: _HarnessLike,
+        suite: _SuiteLike,
+        problems: Iterable[Problem],
+        stops: Sequence[str],
+        *,
+        population: Sequence[tuple[_HarnessLike, Sequence[str]]] = (),
+    ):
+        """``population``: (harness, stops) per member, index 0 first; empty means ``[(harness, stops)]``."""
         self.harness = harness
         self.suite = suite
         self.problems: dict[str, Problem] = {p.id: p for p in problems}
         self.stops = tuple(stops)
+        self.members = [(h, tuple(st)) for h, st in population] or [(harness, self.stops)]
+
+    def parse(self, completion: Any, member: int = 0) -> str | None:
+        """The answer of ``completion`` parsed by population member ``member`` (None when unparsable)."""
+        try:
+            harness, stops = self.members[member]
+        except IndexError:
+            raise IndexError(f"reward: harness_idx {member} is outside the population of {len(self.members)}") from None
+        return parse_or_none(harness, completion, stops)
 
     def _problem(self, problem_id: str) -> Problem:
         try:
@@ -82,11 +104,16 @@ class _ProblemReward(ABC):
             raise KeyError(f"reward: problem id {problem_id!r} is not in the leg's training problems") from None
 
     @abstractmethod
-    def one(self, completion: Any, problem: Problem) -> float:
-        """The reward of one completion for one problem (never raises)."""
+    def one(self, completion: Any, problem: Problem, member: int = 0) -> float:
+        """The reward of one completion for one problem, parsed by population member ``member`` (never raises)."""
 
-    def __call__(self, completions: Sequence[Any], problem_id: Sequence[str], **_: Any) -> list[float]:
-        return [self.one(c, self._problem(pid)) for c, pid in zip(completions, problem_id, strict=True)]
+    def __call__(
+        self, completions: Sequence[Any], problem_id: Sequence[str], harness_idx: Sequence[int] | None = None, **_: Any
+    ) -> list[float]:
+        members = list(harness_idx) if harness_idx is not None else [0] * len(completions)
+        return [
+            self.one(c, self._problem(pid), int(m)) for c, pid, m in zip(completions, problem_id, members, strict=True)
+        ]
 
 
 class TaskScoreReward(_ProblemReward):
@@ -94,12 +121,12 @@ class TaskScoreReward(_ProblemReward):
 
     __name__ = "task_score"
 
-    def __init__(self, harness: _HarnessLike, suite: _SuiteLike, problems: Iterable[Problem], stops: Sequence[str]):
-        super().__init__(harness, suite, problems, stops)
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
         self.count = 0
 
-    def one(self, completion: Any, problem: Problem) -> float:
-        answer = parse_or_none(self.harness, completion, self.stops)
+    def one(self, completion: Any, problem: Problem, member: int = 0) -> float:
+        answer = self.parse(completion, member)
         if answer is None:
             return 0.0
         try:
@@ -107,8 +134,10 @@ class TaskScoreReward(_ProblemReward):
         except Exception:
             return 0.0
 
-    def __call__(self, completions: Sequence[Any], problem_id: Sequence[str], **kwargs: Any) -> list[float]:
-        rewards = super().__call__(completions, problem_id, **kwargs)
+    def __call__(
+        self, completions: Sequence[Any], problem_id: Sequence[str], harness_idx: Sequence[int] | None = None, **kw: Any
+    ) -> list[float]:
+        rewards = super().__call__(completions, problem_id, harness_idx, **kw)
         self.count += len(rewards)
         return rewards
 
@@ -118,8 +147,8 @@ class SimilarityReward(_ProblemReward):
 
     __name__ = "answer_similarity"
 
-    def one(self, completion: Any, problem: Problem) -> float:
-        answer = parse_or_none(self.harness, completion, self.stops)
+    def one(self, completion: Any, problem: Problem, member: int = 0) -> float:
+        answer = self.parse(completion, member)
         if answer is None:
             return 0.0
         return similarity(answer, problem.answer)

@@ -16,9 +16,9 @@ Evaluation is injected (``evaluate``) so the flow routes it through the cached `
 `whale_core.rollout.rollout` directly.
 
 Mitigation: `PopulationConfig` / `population_harnesses` / `assign_population` describe training the weights leg on
-prompts rendered by the archive's top-k harnesses instead of the incumbent alone. They need a hook in the weights leg
-(a list of harnesses, a per-row harness index for the reward's parse); until that lands they are config and
-selection only. Simplified: a harness in a population is used as is (its own few-shot, encoding and parse).
+prompts rendered by the archive's top-k harnesses instead of the incumbent alone (``weights.population.k``; the
+iteration flow picks the members, `whale_core.weights.train_weights_leg` renders and rewards them).
+Simplified: a harness in a population is used as is (its own few-shot, encoding and parse).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import random
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -118,11 +119,17 @@ def shas_seen(archive: Archive, run_ids: Iterable[str]) -> set[str]:
     return seen
 
 
-def best_val_harnesses(archive: Archive, run_id: str, k: int, exclude: Iterable[str] = ()) -> list[tuple[str, float]]:
+def best_val_harnesses(
+    archive: Archive, run_id: str, k: int, exclude: Iterable[str] = (), as_of: datetime | None = None
+) -> list[tuple[str, float]]:
     """The ``k`` harnesses with the best val score in a run (any checkpoint; per harness the evaluation with the
-    largest n, then the latest), as (sha, score), best first; shas in ``exclude`` are skipped."""
+    largest n, then the latest), as (sha, score), best first; shas in ``exclude`` are skipped; with ``as_of`` only
+    evaluations created before it count (a replayed leg sees what the first attempt saw)."""
     best: dict[str, tuple[int, int, float]] = {}
+    cutoff = as_of.replace(tzinfo=None) if as_of is not None else None
     for e in archive.evaluations(run_id, split="val"):
+        if cutoff is not None and e.created.replace(tzinfo=None) >= cutoff:
+            continue
         cur = best.get(e.harness_sha)
         if cur is None or (e.n, e.id) > cur[:2]:
             best[e.harness_sha] = (e.n, e.id, e.score)
@@ -299,13 +306,15 @@ def matrix_markdown(m: RobustnessMatrix) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- mitigation
-def population_harnesses(archive: Archive, run_id: str, incumbent: Harness, k: int) -> list[Harness]:
+def population_harnesses(
+    archive: Archive, run_id: str, incumbent: Harness, k: int, as_of: datetime | None = None
+) -> list[Harness]:
     """The incumbent, then up to ``k`` other harnesses with the best val scores in the run's archive (parseable
-    ones only). ``k`` = 0 gives ``[incumbent]``."""
+    ones only; evaluations before ``as_of`` when given). ``k`` = 0 gives ``[incumbent]``."""
     out = [incumbent]
     if k <= 0:
         return out
-    for sha, _ in best_val_harnesses(archive, run_id, 4 * k + 4, exclude={incumbent.sha}):
+    for sha, _ in best_val_harnesses(archive, run_id, 4 * k + 4, exclude={incumbent.sha}, as_of=as_of):
         try:
             out.append(Harness.from_text(archive.get_harness(sha).text, parent=None))
         except HarnessError:

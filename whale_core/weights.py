@@ -17,9 +17,15 @@ Contracts:
 - Completions are counted in the reward function (each generated completion is scored exactly once) and the leg never
   runs a step that would take it past ``max_completions``.
 
+Population (co-overfitting mitigation, ``population=[...]``): each train problem is rendered by one member — the
+incumbent for an ``incumbent_weight`` share, the others round-robin (`whale_core.robustness.assign_population`,
+seeded) — and its completions are rewarded as parsed by that member (``harness_idx`` column). The checkpoint still
+records the incumbent's sha: it is the harness the leg was anchored on.
+
 Simplified: the difficulty filter probes a seeded sample of train problems with the base policy (its cost is counted
 in ``LegResult.completions``); stop strings that are one token end generation (they join the EOS ids), longer ones
-are cut before parsing only; the GPU-only vLLM options are passed through to TRL untested here.
+are cut before parsing only (with a population, only the stop tokens all members share end generation); the
+difficulty filter probes with the incumbent alone; the GPU-only vLLM options are passed through to TRL untested here.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from whale_core.rewards import SimilarityReward, TaskScoreReward
+from whale_core.robustness import PopulationConfig
 from whale_core.suites.base import Problem
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
@@ -98,6 +105,9 @@ class WeightsConfig(BaseModel):
     max_completion_length: int | None = Field(None, ge=1, description="None: the harness's decoding.max_new_tokens")
     shaping_weight: float = Field(1.0, ge=0, description="weight of the similarity shaping reward; 0 disables it")
     difficulty_filter: DifficultyFilter | None = None
+    population: PopulationConfig = Field(
+        default_factory=PopulationConfig, description="mitigation: train on prompts of the archive's top-k harnesses"
+    )
     save_steps: int = Field(100, ge=1)
     seed: int = 0
     gradient_checkpointing: bool = False
@@ -341,8 +351,13 @@ def train_weights_leg(
     parent_checkpoint: Checkpoint | None = None,
     progress: Callable[[StepMetrics], None] | None = None,
     callbacks: Sequence[Any] = (),
+    population: Sequence[Any] = (),
 ) -> LegResult:
     """Run one GRPO leg of ``policy`` against the frozen ``harness`` on ``suite``'s train split (see module doc).
+
+    ``population``: other harnesses that render a share of the train prompts (mitigation; duplicates of the incumbent
+    are dropped), typically `whale_core.robustness.population_harnesses` of the run's archive with
+    ``cfg.population.k``; ``cfg.population.incumbent_weight`` is the incumbent's share of the prompts.
 
     ``progress`` gets each step's `StepMetrics` as TRL logs it; ``callbacks`` are extra ``transformers``
     ``TrainerCallback`` objects handed to the trainer (e.g. to inspect the model at ``on_train_begin``).
@@ -360,18 +375,21 @@ def train_weights_leg(
         "policy_adapter": str(policy.adapter_path) if policy.adapter_path else None,
         "max_completions": max_completions,
     }
+    members = [harness, *{h.sha: h for h in population if h.sha != harness.sha}.values()]
+    if len(members) > 1:
+        spec["population"] = [h.sha for h in members[1:]]
     spec_file, result_file = out_dir / "leg_spec.json", out_dir / "leg_result.json"
-    if spec_file.is_file() and json.loads(spec_file.read_text()) != spec:
+    if spec_file.is_file() and not _same_leg(json.loads(spec_file.read_text()), spec):
         raise ValueError(
-            f"{out_dir} holds a different leg (config, harness, parent or budget differ): use a new out_dir"
+            f"{out_dir} holds a different leg (config, harness, population, parent or budget differ): use a new out_dir"
         )
     spec_file.write_text(json.dumps(spec, indent=1, sort_keys=True))
     if result_file.is_file() and (final_dir / CHECKPOINT_FILE).is_file():
         return _load_result(result_file, final_dir)
 
-    decoding = harness.spec.decoding
-    stops = list(decoding.stop or [])
-    max_len = cfg.max_completion_length or int(decoding.max_new_tokens)
+    stops = list(harness.spec.decoding.stop or [])
+    member_stops = [list(m.spec.decoding.stop or []) for m in members]
+    max_len = cfg.max_completion_length or max(int(m.spec.decoding.max_new_tokens) for m in members)
     tokenizer = policy.tokenizer
     pool = list(suite.problems("train"))
     if not pool:
@@ -394,16 +412,23 @@ def train_weights_leg(
         )
     from datasets import Dataset
 
-    prompts = [harness.render(p, harness.select_demos(p, pool, cfg.seed), tokenizer=tokenizer) for p in problems]
-    if harness.is_chat:
-        prompts = [_trl_chat_prompt(text, tokenizer, harness.name) for text in prompts]
+    from whale_core.robustness import assign_population
+
+    assign = assign_population([p.id for p in problems], len(members), cfg.seed, cfg.population.incumbent_weight)
+    prompts = []
+    for p, m in zip(problems, assign, strict=True):
+        h = members[m]
+        text = h.render(p, h.select_demos(p, pool, cfg.seed), tokenizer=tokenizer)
+        prompts.append(_trl_chat_prompt(text, tokenizer, h.name) if h.is_chat else text)
     dataset = Dataset.from_dict(
-        {"prompt": prompts, "problem_id": [p.id for p in problems], "answer": [p.answer for p in problems]}
-    )
-    task = TaskScoreReward(harness, suite, problems, stops)
+        {"prompt": prompts, "problem_id": [p.id for p in problems], "answer": [p.answer for p in problems],
+         "harness_idx": assign}
+    )  # fmt: skip
+    pop = list(zip(members, member_stops, strict=True))
+    task = TaskScoreReward(harness, suite, problems, stops, population=pop)
     rewards: list[Any] = [task]
     if cfg.shaping_weight > 0:
-        rewards.append(SimilarityReward(harness, suite, problems, stops))
+        rewards.append(SimilarityReward(harness, suite, problems, stops, population=pop))
     on_cpu = torch.device(getattr(model, "device", "cpu")).type == "cpu"
     args = _grpo_args(cfg, trainer_dir, max_steps, max_len, on_cpu, on_cpu is False and torch.cuda.is_bf16_supported())
     checkpoints = _valid_checkpoints(trainer_dir)
@@ -435,7 +460,8 @@ def train_weights_leg(
     eos = [saved_eos] if isinstance(saved_eos, int) else list(saved_eos or [])
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
         eos.insert(0, tokenizer.eos_token_id)
-    gen_cfg.eos_token_id = eos + [i for i in _stop_token_ids(tokenizer, stops) if i not in eos]
+    shared = set.intersection(*(set(_stop_token_ids(tokenizer, st)) for st in member_stops))
+    gen_cfg.eos_token_id = eos + [i for i in _stop_token_ids(tokenizer, stops) if i in shared and i not in eos]
     with _quiet():
         try:
             trainer = GRPOTrainer(
@@ -472,6 +498,16 @@ def train_weights_leg(
     if not cfg.keep_trainer_checkpoints:
         shutil.rmtree(trainer_dir, ignore_errors=True)
     return result
+
+
+def _same_leg(stored: dict[str, Any], spec: dict[str, Any]) -> bool:
+    """Whether a stored leg spec describes ``spec``'s leg. The stored config is re-validated first, so a config
+    written before WeightsConfig gained a (defaulted) field still matches; one with an unknown field does not."""
+    try:
+        cfg = WeightsConfig.model_validate(stored.get("cfg", {})).model_dump(mode="json")
+    except Exception:
+        return False
+    return {**stored, "cfg": cfg} == spec
 
 
 def _filtered_problems(
