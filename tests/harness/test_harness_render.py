@@ -145,3 +145,15 @@ def test_chat_mode_with_real_tokenizer():
     assert out == "<system>You add numbers.\n<user>1+10=\n<assistant>0011\n<user>5+6=\n<assistant>"
     decoded = tok.decode(tok(out)["input_ids"])
     assert isinstance(decoded, str) and decoded.replace(" ", "") == out.replace(" ", "")
+
+
+def test_similar_demos_share_the_problem_shape_first():
+    h = Harness.from_text(TEXT.replace("select: first", "select: similar").replace("k: 2", "k: 3"))
+    pool = [Problem(f"q{a}-{b}", {"a": a, "b": b}, str(a + b)) for a in (3, 7, 12, 45, 123, 456) for b in (5, 40, 789)]
+    problem = Problem("x", {"a": 61, "b": 22}, "83")  # shape 99|99: the only exact matches are 12+40 and 45+40
+    got = h.select_demos(problem, pool, seed=0)
+    assert sorted((d.fields["a"], d.fields["b"]) for d in got[:2]) == [(12, 40), (45, 40)]
+    third = got[2].fields  # then the nearest total length: 4 digits in all (1 + 3 or 3 + 1 here)
+    assert len(str(third["a"])) + len(str(third["b"])) == 4 and got == h.select_demos(problem, pool, seed=0)
+    same = pool[4]  # a pool problem never gets itself as a demo
+    assert same.id not in {d.id for d in h.select_demos(same, pool, seed=0)}

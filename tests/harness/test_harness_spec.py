@@ -130,7 +130,7 @@ BASE = "whale_harness: 1\ntemplate: '{{ a }}'\n"
         (BASE + "template: b\n", "template", "duplicate key"),
         (BASE + "fewshot: {k: '2'}\n", "fewshot.k", "valid integer"),
         (BASE + "fewshot: {k: -1}\n", "fewshot.k", ">= 0"),
-        (BASE + "fewshot: {select: best}\n", "fewshot.select", "'random' or 'first'"),
+        (BASE + "fewshot: {select: best}\n", "fewshot.select", "'random', 'first' or 'similar'"),
         (BASE + "fewshot: 3\n", "fewshot", "FewShot"),
         (BASE + "answer: {reverse: 1}\n", "answer.reverse", "valid boolean"),
         (BASE + "answer: {pad: 33}\n", "answer.pad", "<= 32"),

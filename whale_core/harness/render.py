@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import random
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -159,10 +160,41 @@ def context_for(problem: Problem, instruction: str) -> dict[str, Any]:
     return {**problem.fields, "instruction": instruction}
 
 
+_DIGIT, _LETTER = re.compile(r"[0-9]"), re.compile(r"[A-Za-z]")
+
+
+@functools.lru_cache(maxsize=65536)
+def _shape(fields: tuple[tuple[str, str], ...]) -> str:
+    """A problem's surface shape: its field values with digits as ``9`` and letters as ``a`` (``'123+45'`` and
+    ``'907+12'`` share a shape)."""
+    return "|".join(_LETTER.sub("a", _DIGIT.sub("9", v)) for _, v in fields)
+
+
+def _shape_of(p: Problem) -> str:
+    return _shape(tuple(sorted((str(k), str(v)) for k, v in p.fields.items())))
+
+
+def _similar(problem: Problem, pool: Sequence[Problem], k: int, seed: int) -> list[Problem]:
+    """``select: similar``: the ``k`` pool problems closest in surface shape (same shape first, then the nearest
+    total length), ties broken by a seeded shuffle. Generic kNN demo selection on the problem fields only."""
+    want = _shape_of(problem)
+    rng = random.Random(f"whale-demos:{seed}:{problem.id}")
+    order = list(range(len(pool)))
+    rng.shuffle(order)
+    ranked = sorted(
+        (i for i in order if pool[i].id != problem.id),
+        key=lambda i: (_shape_of(pool[i]) != want, abs(len(_shape_of(pool[i])) - len(want))),
+    )
+    return [pool[i] for i in ranked[:k]]
+
+
 def select_demos(problem: Problem, pool: Sequence[Problem], k: int, select: str, seed: int) -> list[Problem]:
-    """Up to ``k`` demos from ``pool``, never ``problem`` itself (compared by id); deterministic in (seed, id)."""
+    """Up to ``k`` demos from ``pool``, never ``problem`` itself (compared by id); deterministic in (seed, id).
+    ``select``: ``random`` (seeded), ``first`` (the pool's first k) or ``similar`` (closest surface shape)."""
     if k <= 0 or not pool:
         return []
+    if select == "similar":
+        return _similar(problem, pool, k, seed)
     if select == "first":
         out: list[Problem] = []
         for p in pool:

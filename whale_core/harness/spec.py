@@ -41,11 +41,12 @@ StopString = Annotated[str, StringConstraints(min_length=1, max_length=16)]
 
 
 class FewShot(BaseModel):
-    """Few-shot demos, drawn from the train split: ``k`` of them, ``random`` (seeded) or the ``first`` k."""
+    """Few-shot demos, drawn from the train split: ``k`` of them, ``random`` (seeded), the ``first`` k, or the k
+    ``similar`` ones (closest surface shape of the problem fields: digits and letters as classes, then length)."""
 
     model_config = _CFG
     k: int = Field(default=0, ge=0, le=16)
-    select: Literal["random", "first"] = "random"
+    select: Literal["random", "first", "similar"] = "random"
     separator: str = Field(default="\n", max_length=16)
 
 

@@ -42,7 +42,7 @@ template: "{{ instruction }}\\n{{ a }}+{{ b }}="   # text mode: a Jinja2 templat
 messages:                        # OR chat mode (exactly one of template / messages): roles system (first only),
   - {role: system, content: "{{ instruction }}"}    #   user, assistant; the last message is a user message;
   - {role: user, content: "{{ a }}+{{ b }}="}       #   each content is a Jinja2 template
-fewshot: {k: 2, select: random, separator: "\\n"}  # k demos (0-16) from the train split; select: random | first
+fewshot: {k: 2, select: random, separator: "\\n"}  # k demos (0-16) from the train split; select: random|first|similar
 answer: {reverse: false, pad: 0, sep: ""}        # how answers are written in demos and by the model:
                                  #   pad: left-pad with zeros to this many characters (0 = none, <= 32);
                                  #   reverse: write the characters last-first; sep: inserted between characters

@@ -8,7 +8,7 @@ incumbent). The operators are generic — none knows gold answers or any particu
 - ``answer_encoding``: change ``answer.reverse`` / ``pad`` / ``sep`` and rewrite the instruction's
   format-describing sentence to match (as an LLM would say how answers are written); a new separator also gets a
   ``remove`` parse step (so a digit regex still matches) and room in ``max_new_tokens``;
-- ``fewshot``: ``k`` in 0..4, ``select`` random/first;
+- ``fewshot``: ``k`` in 0..4, ``select`` random/first/similar;
 - ``decoding``: temperature in {0, 0.2, 0.5, 0.8}, ``max_new_tokens`` doubled/halved within 4..128;
 - ``inference``: samples in {1, 3, 5} with majority vote (raising samples under greedy decoding also sets a small
   temperature, since identical greedy samples cannot vote);
@@ -145,10 +145,10 @@ def op_answer_encoding(spec: Spec, rng: random.Random) -> bool:
 
 
 def op_fewshot(spec: Spec, rng: random.Random) -> bool:
-    """Another number of demos (0..4), or the other selection rule."""
+    """Another number of demos (0..4), or another selection rule."""
     fewshot = spec["fewshot"]
     if fewshot["k"] > 0 and rng.random() < 0.3:
-        fewshot["select"] = "first" if fewshot["select"] == "random" else "random"
+        fewshot["select"] = rng.choice([s for s in ("random", "first", "similar") if s != fewshot["select"]])
     else:
         fewshot["k"] = rng.choice([k for k in range(5) if k != fewshot["k"]])
     return True
