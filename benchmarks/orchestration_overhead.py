@@ -7,6 +7,8 @@ Three timings, each a fresh `python` process so imports and start-up are counted
    the harness leg needs it), with the leg sequence the orchestrated run's scheduler chose;
 3. ``whale resume`` of the finished run: every task comes back Cached.
 
+Also prints the peak RSS of the ``whale run`` process (``getrusage(RUSAGE_CHILDREN)`` after it: the largest
+child so far, the model check before it being smaller).
 Prints the overhead share ``(1 - 2) / 1`` (target ≤ 3 %) and the cached re-run share ``3 / 1`` (target ≤ 5 %).
 
     python benchmarks/orchestration_overhead.py                      # the embedded default run
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -130,6 +133,7 @@ def main() -> None:
         model = load_config(None, args.set).model.name
         _timed([sys.executable, "-c", f"from whale_core.refs import PolicyRef; PolicyRef.base({model!r})"], env)
         t_flow = _timed([sys.executable, "-m", "whale_core.cli", "run", "--run-id", "bench", *sets], env)
+        rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest child so far (KiB)
         summary = json.loads((home / "runs" / "bench" / "summary.json").read_text())
         t_cached = _timed([sys.executable, "-m", "whale_core.cli", "resume", "bench"], env)
         penv = _env(Path(tmp) / "plain", models if models.exists() else None)
@@ -138,6 +142,7 @@ def main() -> None:
     print(f"{'whale run (Prefect + MLflow)':34s} {t_flow:8.1f} s")
     print(f"{'plain loop (whale_core only)':34s} {t_plain:8.1f} s")
     print(f"{'whale resume (all cached)':34s} {t_cached:8.1f} s")
+    print(f"{'whale run peak RSS':34s} {rss_mb:8.0f} MiB")
     print(f"orchestration overhead share: {(t_flow - t_plain) / t_flow:6.1%}   (target <= 3%)")
     print(f"cached re-run share:          {t_cached / t_flow:6.1%}   (target <= 5%)")
 
