@@ -37,7 +37,7 @@ answer: {reverse: true}
 parse: [{regex: '([0-9]+)'}]
 decoding: {temperature: 0.0, max_new_tokens: 6, stop: ["\\n"]}
 """
-SMALL = dict(per_device_train_batch_size=16, num_generations=4, temperature=1.0, learning_rate=5e-3)
+SMALL = dict(per_device_train_batch_size=16, num_generations=4, temperature=1.0, learning_rate=5e-3, shaping_weight=1.0)
 
 
 def build_micro(path: Path) -> Path:

@@ -87,11 +87,11 @@ class WeightsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    steps: int = Field(200, ge=1)
+    steps: int = Field(150, ge=1)
     learning_rate: float = Field(2e-4, gt=0)
-    num_generations: int = Field(8, ge=2, description="group size G (completions per prompt)")
+    num_generations: int = Field(4, ge=2, description="group size G (completions per prompt)")
     per_device_train_batch_size: int = Field(64, ge=2, description="completions per step; a multiple of G")
-    temperature: float = Field(0.7, gt=0, description="exploration temperature (not the harness's)")
+    temperature: float = Field(0.5, gt=0, description="exploration temperature (not the harness's)")
     beta: float = Field(0.0, ge=0)
     loss_type: LossType = "dapo"
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="advantage scaling (TRL)")
@@ -103,7 +103,7 @@ class WeightsConfig(BaseModel):
     lr_scheduler_type: Scheduler = "constant"
     warmup_steps: int = Field(0, ge=0)
     max_completion_length: int | None = Field(None, ge=1, description="None: the harness's decoding.max_new_tokens")
-    shaping_weight: float = Field(1.0, ge=0, description="weight of the similarity shaping reward; 0 disables it")
+    shaping_weight: float = Field(0.0, ge=0, description="weight of the similarity shaping reward; 0 disables it")
     difficulty_filter: DifficultyFilter | None = None
     population: PopulationConfig = Field(
         default_factory=PopulationConfig, description="mitigation: train on prompts of the archive's top-k harnesses"
