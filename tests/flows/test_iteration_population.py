@@ -1,0 +1,37 @@
+"""The iteration flow's choice of the weights leg's population (mitigation), on a real SQLite archive."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+from flows.common import IterState
+from flows.iteration import _population
+from whale_core.archive import Archive
+from whale_core.config import load_config
+from whale_core.harness import Harness
+from whale_core.refs import HarnessRef, PolicyRef
+from whale_core.suites import load_suite
+
+
+def test_population_is_the_runs_best_other_harnesses_as_of_the_leg(tmp_path: Path) -> None:
+    seed = Harness.from_text(load_suite("arith").seed_harness)
+    others = [seed.evolve(instruction=f"Variant {i}.") for i in range(3)]
+    archive = Archive(f"sqlite:///{tmp_path / 'a.db'}")
+    archive.create_run("r", "whale-fixed", {}, run_id="r")
+    ev = {"split": "val", "completions": 1, "prompt_tokens": 1, "completion_tokens": 0, "subset": "a", "n": 10}
+    for h, score in zip([seed, *others], [0.5, 0.2, 0.7, 0.4], strict=True):
+        archive.put_harness(h.sha, h.text, h.name, h.parent)
+        archive.record_evaluation("r", h.sha, "c0", score=score, **ev)
+    handles = SimpleNamespace(archive=archive, run_id="r")
+    state = IterState(PolicyRef("tiny", None, "c0"), HarnessRef.of(seed), 0.5, 0)
+    later = datetime.now() + timedelta(days=1)
+    off = load_config(None, [])
+    assert off.weights.population.k == 0 and _population(handles, off, state, later) == []  # type: ignore[arg-type]
+    on = load_config(None, ["weights.population.k=2"])
+    got = _population(handles, on, state, later)  # type: ignore[arg-type]
+    assert [r.sha for r in got] == [others[1].sha, others[2].sha]  # best first, the incumbent excluded
+    assert all(r.load().sha == r.sha for r in got)
+    earlier = datetime.now() - timedelta(days=1)  # a replayed leg that first started before any evaluation
+    assert _population(handles, on, state, earlier) == []  # type: ignore[arg-type]
