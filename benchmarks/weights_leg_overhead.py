@@ -3,11 +3,11 @@
     .venv/bin/python benchmarks/weights_leg_overhead.py [--model tiny] [--steps 100] [--repeats 1]
 
 Both sides train the same policy (loaded fresh for each run) with the same harness-rendered train prompts, the same
-two rewards (task score + similarity shaping), the same GRPOConfig knobs and the same LoRA config. The bare side is
-written plainly here against TRL and PEFT, without `whale_core.weights`. Printed: both wall times (dataset + trainer
-construction + training + saving the adapter), their ratio (target <= 1.05) and both final rewards (task score
-averaged over the last 10 steps). Runs alternate (bare, whale, bare, whale, ...) and the best time of each side is
-kept, because the CPU is shared and noisy.
+rewards (task score, plus the similarity shaping when ``shaping_weight`` > 0), the same GRPOConfig knobs and the same
+LoRA config. The bare side is written plainly here against TRL and PEFT, without `whale_core.weights`. Printed: both
+wall times (dataset + trainer construction + training + saving the adapter), their ratio (target <= 1.05) and both
+final rewards (task score averaged over the last 10 steps). Runs alternate (bare, whale, bare, whale, ...) and the
+best time of each side is kept, because the CPU is shared and noisy.
 """
 
 from __future__ import annotations
