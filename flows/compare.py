@@ -35,7 +35,14 @@ from whale_core.compare import (
 from whale_core.config import WhaleConfig
 from whale_core.env import whale_home
 from whale_core.refs import HarnessRef, PolicyRef
-from whale_core.robustness import MatrixHarness, MatrixModel, RobustnessMatrix, compute_matrix, harness_set
+from whale_core.robustness import (
+    MatrixHarness,
+    MatrixModel,
+    RobustnessMatrix,
+    compute_matrix,
+    harness_set,
+    probe_of,
+)
 
 
 def compare_dir(compare_id: str) -> Path:
@@ -95,8 +102,9 @@ def _matrix(cfg: WhaleConfig, spec: CompareSpec, outcomes: list[RunOutcome], arc
         if o.final_harness
     ]
     finals = [(f"{o.label}/s{o.seed}", o.final_harness) for o in done if o.final_harness]
-    cols = harness_set(archive, [o.run_id for o in done], finals, seed_h, spec.matrix)
     suite_cfg = cfg.suite.model_dump(mode="json")
+    probe = probe_of(suite_of(suite_cfg), "test", 16, cfg.seed)
+    cols = harness_set(archive, [o.run_id for o in done], finals, seed_h, spec.matrix, probe=probe)
     traces = str(out / "matrix-traces")
 
     def evaluate(model: MatrixModel, harness: MatrixHarness, problems: list[Any]) -> float:

@@ -169,13 +169,16 @@ def block_ascent_iteration(
 
 def _population(h: RunHandles, cfg: Any, state: IterState, as_of: Any) -> list[HarnessRef]:
     """The mitigation's extra harnesses for this weights leg (``weights.population.k`` best val-scored harnesses of
-    the run other than the incumbent, from evaluations before the leg first started); empty when off."""
+    the run that feed the model other inputs than the incumbent, from evaluations before the leg first started);
+    empty when off."""
     k = cfg.weights.population.k
     if k <= 0:
         return []
-    from whale_core.robustness import population_harnesses
+    from tasks.runtime import suite_of
+    from whale_core.robustness import population_harnesses, probe_of
 
-    members = population_harnesses(h.archive, h.run_id, state.harness.load(), k, as_of=as_of)
+    probe = probe_of(suite_of(cfg.suite.model_dump(mode="json")), "train", 16, cfg.seed)
+    members = population_harnesses(h.archive, h.run_id, state.harness.load(), k, as_of=as_of, probe=probe)
     return [HarnessRef.of(m) for m in members[1:]]
 
 

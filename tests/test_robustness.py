@@ -24,9 +24,11 @@ from whale_core.robustness import (
     harness_set,
     heatmap_figure,
     heldout_harnesses,
+    input_signature,
     matrix_markdown,
     matrix_problems,
     population_harnesses,
+    probe_of,
     rollout_evaluate,
 )
 from whale_core.suites import SuiteConfig, load_suite
@@ -44,6 +46,29 @@ def seed_h(suite: Any) -> Harness:
 
 def _variant(h: Harness, instruction: str) -> Harness:
     return h.evolve(instruction=instruction)
+
+
+def _parse_only(h: Harness) -> Harness:
+    """Same inputs to the model, another sha: one more (no-op) parse step."""
+    steps = [step.model_dump(by_alias=True, exclude_none=True) for step in h.spec.parse]
+    return h.evolve(parse=[*steps, {"int": True}])
+
+
+def test_input_signature_sees_what_the_model_sees(suite: Any, seed_h: Harness) -> None:
+    probe = probe_of(suite, "test", 8)
+    same_inputs = _parse_only(seed_h)
+    assert same_inputs.sha != seed_h.sha
+    assert input_signature(same_inputs, probe) == input_signature(seed_h, probe)
+    for other in (
+        _variant(seed_h, "Sum."),
+        seed_h.evolve(decoding={"max_new_tokens": 4}),
+        seed_h.evolve(fewshot={"k": 1}),
+        seed_h.evolve(inference={"samples": 3}, decoding={"temperature": 0.7}),
+    ):
+        assert input_signature(other, probe) != input_signature(seed_h, probe), other.diff(seed_h)
+    # chat harnesses are compared on their rendered messages: no tokenizer needed
+    chat = seed_h.evolve(template=None, messages=[{"role": "user", "content": "{{ instruction }} {{ a }}+{{ b }}="}])
+    assert chat.is_chat and input_signature(chat, probe) != input_signature(seed_h, probe)
 
 
 def test_matrix_is_scored_on_test_split_problems_only(suite: Any, seed_h: Harness) -> None:
@@ -136,6 +161,31 @@ def test_harness_set_finals_top_k_and_heldout(tmp_path: Path, seed_h: Harness) -
     assert not {c.harness.sha for c in cols if c.kind == "heldout"} & {h.sha for h in hs}
 
 
+def test_harness_set_drops_input_equivalent_columns(tmp_path: Path, suite: Any, seed_h: Harness) -> None:
+    archive, hs = _archive_with_runs(tmp_path, seed_h)
+    twin_of_seed, twin_of_hs1 = _parse_only(seed_h), _parse_only(hs[1])
+    ev: dict[str, Any] = {"split": "val", "completions": 10, "prompt_tokens": 10, "completion_tokens": 0}
+    for h, score in ((twin_of_seed, 0.95), (twin_of_hs1, 0.5)):
+        archive.put_harness(h.sha, h.text, h.name, h.parent)
+        archive.record_evaluation("r0", h.sha, "c0", subset="a", score=score, n=10, **ev)
+    cfg = RobustnessConfig(top_k=4, max_top=8, heldout_mutants=3, paraphrases=2)
+    probe = probe_of(suite, "test", 8)
+    by_sha = harness_set(archive, ["r0", "r1"], [], seed_h, cfg)
+    assert twin_of_seed.sha in {c.harness.sha for c in by_sha}  # sha-only dedupe keeps the twin
+    cols = harness_set(archive, ["r0", "r1"], [], seed_h, cfg, probe=probe)
+    tops = [c.harness.sha for c in cols if c.kind == "top"]
+    assert twin_of_seed.sha not in tops and hs[1].sha in tops and twin_of_hs1.sha not in tops
+    sigs = [input_signature(c.harness, probe) for c in cols]
+    assert len(sigs) == len(set(sigs))  # every column feeds the model different inputs
+    seen = {input_signature(h, probe) for h in [seed_h, *hs, twin_of_seed, twin_of_hs1]}
+    assert not {input_signature(c.harness, probe) for c in cols if c.kind == "heldout"} & seen
+    # a held-out harness input-equivalent to one a run saw is skipped, even with a new sha
+    plain = heldout_harnesses(seed_h, 3, 0, exclude=())
+    twin = _parse_only(plain[0].harness)
+    skipped = heldout_harnesses(seed_h, 3, 0, exclude=(), probe=probe, exclude_inputs={input_signature(twin, probe)})
+    assert plain[0].harness.sha not in {h.harness.sha for h in skipped} and len(skipped) == 3
+
+
 def test_real_matrix_on_the_micro_model(suite: Any, seed_h: Harness, micro_policy: Any) -> None:
     cols = [MatrixHarness("seed", "seed", seed_h), *heldout_harnesses(seed_h, 1, 1, exclude=())]
     models = [MatrixModel("micro", None, micro_policy, seed_h.sha)]
@@ -155,6 +205,17 @@ def test_population_is_incumbent_then_best_others(tmp_path: Path, seed_h: Harnes
     first = min(e.created for e in archive.evaluations("r0", split="val"))
     assert population_harnesses(archive, "r0", hs[0], 3, as_of=first) == [hs[0]]
     assert best_val_harnesses(archive, "r0", 5, as_of=first) == []
+
+
+def test_population_skips_members_with_the_incumbents_inputs(tmp_path: Path, suite: Any, seed_h: Harness) -> None:
+    archive, hs = _archive_with_runs(tmp_path, seed_h)
+    twin = _parse_only(hs[0])
+    archive.put_harness(twin.sha, twin.text, twin.name, twin.parent)
+    ev: dict[str, Any] = {"split": "val", "completions": 10, "prompt_tokens": 10, "completion_tokens": 0}
+    archive.record_evaluation("r0", twin.sha, "c0", subset="a", score=0.99, n=10, **ev)
+    assert [h.sha for h in population_harnesses(archive, "r0", hs[0], 1)] == [hs[0].sha, twin.sha]
+    pop = population_harnesses(archive, "r0", hs[0], 3, probe=probe_of(suite, "train", 8))
+    assert [h.sha for h in pop] == [hs[0].sha, hs[1].sha]
 
 
 def test_assign_population_is_balanced_and_deterministic() -> None:

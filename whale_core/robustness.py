@@ -8,7 +8,12 @@ matrix scores every model (the base model and each run's final checkpoint) throu
 - ``final``: each run's final incumbent (a model's *own* harness is its run's final one; the base's is the seed);
 - ``top``: the best val-scored harnesses each run's harness legs found (the archive's top-k);
 - ``heldout``: harnesses no run ever saw — generic `mutate` edits of the seed harness drawn with a seed no run uses
-  (`HELDOUT_SEED`) and generic instruction paraphrases — filtered against every harness sha in the runs' archive.
+  (`HELDOUT_SEED`) and generic instruction paraphrases — filtered against every harness the runs' archive holds.
+
+Columns are distinct by what the *model* sees (`input_signature`: the rendered prompts of a probe of problems, the
+decoding and the inference settings), not by sha: a mutate edit that only adds a no-op parse step has a new sha but
+feeds the model exactly the seed's inputs, so it is neither a separate "top" column nor a "held-out" harness. The
+population (mitigation) is filtered the same way, or it would train on the incumbent's prompts under another name.
 
 Every cell is a rollout on the first ``n`` problems of the **test split** (`matrix_problems` asserts it); the per-model
 summary is the own-harness score, the mean over the other harnesses ("cross-harness"), and the drop between them.
@@ -92,6 +97,45 @@ def matrix_problems(suite: Any, n: int) -> list[Problem]:
 
 # ----------------------------------------------------------------------------------------------------- harnesses
 @dataclass(frozen=True)
+class Probe:
+    """Problems to compare harnesses on (rendered with demos from ``pool``, the train split, under ``seed``)."""
+
+    problems: Sequence[Problem]
+    pool: Sequence[Problem]
+    seed: int = 0
+
+
+def probe_of(suite: Any, split: str, n: int = 16, seed: int = 0) -> Probe:
+    """The first ``n`` problems of ``split``, with the train split as the demo pool."""
+    return Probe(list(suite.problems(split))[:n], list(suite.problems("train")), seed)
+
+
+def input_signature(harness: Harness, probe: Probe) -> str:
+    """A hash of everything the model sees and how it is sampled: each probe problem's rendered input (chat
+    harnesses: the rendered messages, so no tokenizer is needed; a problem that fails to render counts as its
+    error), plus ``decoding`` and ``inference``. Equal signatures = the model gets the same inputs; only parsing
+    (what happens after generation) can differ."""
+    from whale_core.harness import render as _render
+
+    spec = harness.spec
+    digest = hashlib.sha256()
+    for p in probe.problems:
+        try:
+            demos = harness.select_demos(p, probe.pool, probe.seed)
+            if spec.messages is None:
+                item: Any = harness.render(p, demos)
+            else:
+                msgs = [(m.role, m.content) for m in spec.messages]
+                item = _render.render_chat_messages(msgs, spec.instruction, p, demos, harness.encode_answer)
+        except Exception as exc:  # a render failure is part of what the model (does not) see
+            item = f"<render error {type(exc).__name__}: {exc}>"
+        digest.update(repr(item).encode() + b"\0")
+    digest.update(repr(spec.decoding.model_dump()).encode())
+    digest.update(repr(spec.inference.model_dump()).encode())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
 class MatrixHarness:
     label: str
     kind: HarnessKind
@@ -139,21 +183,40 @@ def best_val_harnesses(
 
 
 def heldout_harnesses(
-    seed_harness: Harness, n_mutants: int, n_paraphrases: int, exclude: Iterable[str], seed: int = HELDOUT_SEED
+    seed_harness: Harness,
+    n_mutants: int,
+    n_paraphrases: int,
+    exclude: Iterable[str],
+    seed: int = HELDOUT_SEED,
+    probe: Probe | None = None,
+    exclude_inputs: Iterable[str] = (),
 ) -> list[MatrixHarness]:
-    """Generic variants of the seed harness that are not in ``exclude``: `mutate` edits (proposer seed ``seed``) and
-    instruction paraphrases (`PARAPHRASES`)."""
+    """Generic variants of the seed harness: `mutate` edits (proposer seed ``seed``) and instruction paraphrases
+    (`PARAPHRASES`). Skipped: shas in ``exclude``, and with a ``probe`` any harness whose `input_signature` is in
+    ``exclude_inputs`` or equals the seed's or another held-out one's."""
     from whale_core.proposers.base import ArchiveEntry, ProposalContext
     from whale_core.proposers.mutate import MutateProposer
 
     skip = set(exclude) | {seed_harness.sha}
+    seen_inputs = set(exclude_inputs) | ({input_signature(seed_harness, probe)} if probe else set())
     out: list[MatrixHarness] = []
+
+    def fresh(h: Harness) -> bool:
+        if h.sha in skip:
+            return False
+        skip.add(h.sha)
+        if probe is not None:
+            sig = input_signature(h, probe)
+            if sig in seen_inputs:
+                return False
+            seen_inputs.add(sig)
+        return True
+
     entry = ArchiveEntry(seed_harness.sha, seed_harness.text, None, 0, "incumbent", None, None, None)
     ctx = ProposalContext("", "", entry, [], [], None, seed, 0)
     if n_mutants:
-        for p in MutateProposer(seed=seed, max_ops=2).propose(ctx, 4 * n_mutants):
-            if p.harness is not None and p.harness.sha not in skip and len(out) < n_mutants:
-                skip.add(p.harness.sha)
+        for p in MutateProposer(seed=seed, max_ops=2).propose(ctx, 8 * n_mutants):
+            if len(out) < n_mutants and p.harness is not None and fresh(p.harness):
                 out.append(MatrixHarness(f"heldout-mut{len(out) + 1}", "heldout", p.harness))
     instruction = seed_harness.spec.instruction or ""
     for i, pattern in enumerate(PARAPHRASES[:n_paraphrases]):
@@ -161,8 +224,7 @@ def heldout_harnesses(
             h = seed_harness.evolve(instruction=pattern.format(instruction=instruction).strip())
         except HarnessError:
             continue
-        if h.sha not in skip:
-            skip.add(h.sha)
+        if fresh(h):
             out.append(MatrixHarness(f"heldout-para{i + 1}", "heldout", h))
     return out
 
@@ -173,15 +235,21 @@ def harness_set(
     final_harnesses: Sequence[tuple[str, str]],
     seed_harness: Harness,
     cfg: RobustnessConfig,
+    probe: Probe | None = None,
 ) -> list[MatrixHarness]:
     """The matrix's columns: seed, each run's final harness (``final_harnesses``: (label, sha)), the runs' top-k
-    (at most ``cfg.max_top``, best first) and the held-out ones. Deduplicated by sha, first kind wins."""
+    (at most ``cfg.max_top``, best first) and the held-out ones. Deduplicated by sha, first kind wins; with a
+    ``probe`` also by `input_signature` (a run's final harness always stays: it is a model's own column), and a
+    held-out harness must differ in its inputs from every harness the runs saw."""
     cols: list[MatrixHarness] = [MatrixHarness("seed", "seed", seed_harness)]
     have = {seed_harness.sha}
+    inputs: set[str] = {input_signature(seed_harness, probe)} if probe else set()
     for label, sha in final_harnesses:
         if sha not in have:
             have.add(sha)
-            cols.append(MatrixHarness(f"final:{label}", "final", Harness.from_text(archive.get_harness(sha).text)))
+            h = Harness.from_text(archive.get_harness(sha).text)
+            cols.append(MatrixHarness(f"final:{label}", "final", h))
+            inputs |= {input_signature(h, probe)} if probe else set()
     tops: list[tuple[float, str]] = []
     for rid in run_ids:
         tops += [(score, sha) for sha, score in best_val_harnesses(archive, rid, cfg.top_k, exclude=have)]
@@ -189,11 +257,25 @@ def harness_set(
         if sha in have or sum(c.kind == "top" for c in cols) >= cfg.max_top:
             continue
         have.add(sha)
-        cols.append(MatrixHarness(f"top{sum(c.kind == 'top' for c in cols) + 1}", "top",
-                                  Harness.from_text(archive.get_harness(sha).text)))  # fmt: skip
+        h = Harness.from_text(archive.get_harness(sha).text)
+        if probe is not None:
+            sig = input_signature(h, probe)
+            if sig in inputs:
+                continue
+            inputs.add(sig)
+        cols.append(MatrixHarness(f"top{sum(c.kind == 'top' for c in cols) + 1}", "top", h))
+    seen = shas_seen(archive, run_ids)
+    seen_inputs: set[str] = set(inputs)
+    if probe is not None:
+        for sha in seen - have:
+            try:
+                seen_inputs.add(input_signature(Harness.from_text(archive.get_harness(sha).text), probe))
+            except (HarnessError, LookupError):
+                continue
     cols += heldout_harnesses(
-        seed_harness, cfg.heldout_mutants, cfg.paraphrases, exclude=shas_seen(archive, run_ids) | have
-    )
+        seed_harness, cfg.heldout_mutants, cfg.paraphrases, exclude=seen | have, probe=probe,
+        exclude_inputs=seen_inputs,
+    )  # fmt: skip
     return cols
 
 
@@ -307,18 +389,32 @@ def matrix_markdown(m: RobustnessMatrix) -> str:
 
 # ---------------------------------------------------------------------------------------------------- mitigation
 def population_harnesses(
-    archive: Archive, run_id: str, incumbent: Harness, k: int, as_of: datetime | None = None
+    archive: Archive,
+    run_id: str,
+    incumbent: Harness,
+    k: int,
+    as_of: datetime | None = None,
+    probe: Probe | None = None,
 ) -> list[Harness]:
     """The incumbent, then up to ``k`` other harnesses with the best val scores in the run's archive (parseable
-    ones only; evaluations before ``as_of`` when given). ``k`` = 0 gives ``[incumbent]``."""
+    ones only; evaluations before ``as_of`` when given). With a ``probe``, a harness whose `input_signature` equals
+    the incumbent's or an earlier member's is skipped: it would add no prompt diversity. ``k`` = 0 gives
+    ``[incumbent]``; fewer than ``k`` others when the archive holds fewer distinct ones."""
     out = [incumbent]
     if k <= 0:
         return out
-    for sha, _ in best_val_harnesses(archive, run_id, 4 * k + 4, exclude={incumbent.sha}, as_of=as_of):
+    inputs = {input_signature(incumbent, probe)} if probe else set()
+    for sha, _ in best_val_harnesses(archive, run_id, 8 * k + 8, exclude={incumbent.sha}, as_of=as_of):
         try:
-            out.append(Harness.from_text(archive.get_harness(sha).text, parent=None))
-        except HarnessError:
+            h = Harness.from_text(archive.get_harness(sha).text, parent=None)
+        except (HarnessError, LookupError):
             continue
+        if probe is not None:
+            sig = input_signature(h, probe)
+            if sig in inputs:
+                continue
+            inputs.add(sig)
+        out.append(h)
         if len(out) == k + 1:
             break
     return out
