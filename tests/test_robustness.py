@@ -67,6 +67,10 @@ def test_input_signature_sees_what_the_model_sees(suite: Any, seed_h: Harness) -
     ):
         assert input_signature(other, probe) != input_signature(seed_h, probe), other.diff(seed_h)
     # chat harnesses are compared on their rendered messages: no tokenizer needed
+    # prompts only (what a GRPO population member contributes): sampling settings do not count
+    hot = seed_h.evolve(decoding={"temperature": 0.8}, inference={"samples": 3})
+    assert input_signature(hot, probe) != input_signature(seed_h, probe)
+    assert input_signature(hot, probe, sampling=False) == input_signature(seed_h, probe, sampling=False)
     chat = seed_h.evolve(template=None, messages=[{"role": "user", "content": "{{ instruction }} {{ a }}+{{ b }}="}])
     assert chat.is_chat and input_signature(chat, probe) != input_signature(seed_h, probe)
 
@@ -210,10 +214,12 @@ def test_population_is_incumbent_then_best_others(tmp_path: Path, seed_h: Harnes
 def test_population_skips_members_with_the_incumbents_inputs(tmp_path: Path, suite: Any, seed_h: Harness) -> None:
     archive, hs = _archive_with_runs(tmp_path, seed_h)
     twin = _parse_only(hs[0])
-    archive.put_harness(twin.sha, twin.text, twin.name, twin.parent)
+    hot = hs[0].evolve(decoding={"temperature": 0.8})  # trains on the incumbent's prompts too
     ev: dict[str, Any] = {"split": "val", "completions": 10, "prompt_tokens": 10, "completion_tokens": 0}
-    archive.record_evaluation("r0", twin.sha, "c0", subset="a", score=0.99, n=10, **ev)
-    assert [h.sha for h in population_harnesses(archive, "r0", hs[0], 1)] == [hs[0].sha, twin.sha]
+    for h, score in ((twin, 0.99), (hot, 0.98)):
+        archive.put_harness(h.sha, h.text, h.name, h.parent)
+        archive.record_evaluation("r0", h.sha, "c0", subset="a", score=score, n=10, **ev)
+    assert [h.sha for h in population_harnesses(archive, "r0", hs[0], 2)] == [hs[0].sha, twin.sha, hot.sha]
     pop = population_harnesses(archive, "r0", hs[0], 3, probe=probe_of(suite, "train", 8))
     assert [h.sha for h in pop] == [hs[0].sha, hs[1].sha]
 

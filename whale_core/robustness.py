@@ -110,11 +110,12 @@ def probe_of(suite: Any, split: str, n: int = 16, seed: int = 0) -> Probe:
     return Probe(list(suite.problems(split))[:n], list(suite.problems("train")), seed)
 
 
-def input_signature(harness: Harness, probe: Probe) -> str:
+def input_signature(harness: Harness, probe: Probe, sampling: bool = True) -> str:
     """A hash of everything the model sees and how it is sampled: each probe problem's rendered input (chat
     harnesses: the rendered messages, so no tokenizer is needed; a problem that fails to render counts as its
-    error), plus ``decoding`` and ``inference``. Equal signatures = the model gets the same inputs; only parsing
-    (what happens after generation) can differ."""
+    error), plus ``decoding`` and ``inference`` unless ``sampling`` is False (prompts only: what a GRPO population
+    member contributes, since training samples with the weights config's own temperature). Equal signatures = the
+    model gets the same inputs; only parsing (what happens after generation) can differ."""
     from whale_core.harness import render as _render
 
     spec = harness.spec
@@ -130,8 +131,9 @@ def input_signature(harness: Harness, probe: Probe) -> str:
         except Exception as exc:  # a render failure is part of what the model (does not) see
             item = f"<render error {type(exc).__name__}: {exc}>"
         digest.update(repr(item).encode() + b"\0")
-    digest.update(repr(spec.decoding.model_dump()).encode())
-    digest.update(repr(spec.inference.model_dump()).encode())
+    if sampling:
+        digest.update(repr(spec.decoding.model_dump()).encode())
+        digest.update(repr(spec.inference.model_dump()).encode())
     return digest.hexdigest()
 
 
@@ -397,20 +399,21 @@ def population_harnesses(
     probe: Probe | None = None,
 ) -> list[Harness]:
     """The incumbent, then up to ``k`` other harnesses with the best val scores in the run's archive (parseable
-    ones only; evaluations before ``as_of`` when given). With a ``probe``, a harness whose `input_signature` equals
-    the incumbent's or an earlier member's is skipped: it would add no prompt diversity. ``k`` = 0 gives
-    ``[incumbent]``; fewer than ``k`` others when the archive holds fewer distinct ones."""
+    ones only; evaluations before ``as_of`` when given). With a ``probe``, a harness that renders the same prompts
+    as the incumbent or an earlier member (`input_signature` without sampling settings: a member that differs only in
+    temperature or votes trains exactly like the incumbent) is skipped. ``k`` = 0 gives ``[incumbent]``; fewer than
+    ``k`` others when the archive holds fewer distinct ones."""
     out = [incumbent]
     if k <= 0:
         return out
-    inputs = {input_signature(incumbent, probe)} if probe else set()
+    inputs = {input_signature(incumbent, probe, sampling=False)} if probe else set()
     for sha, _ in best_val_harnesses(archive, run_id, 8 * k + 8, exclude={incumbent.sha}, as_of=as_of):
         try:
             h = Harness.from_text(archive.get_harness(sha).text, parent=None)
         except (HarnessError, LookupError):
             continue
         if probe is not None:
-            sig = input_signature(h, probe)
+            sig = input_signature(h, probe, sampling=False)
             if sig in inputs:
                 continue
             inputs.add(sig)

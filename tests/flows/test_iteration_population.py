@@ -19,11 +19,12 @@ def test_population_is_the_runs_best_other_harnesses_as_of_the_leg(tmp_path: Pat
     seed = Harness.from_text(load_suite("arith").seed_harness)
     others = [seed.evolve(instruction=f"Variant {i}.") for i in range(3)]
     steps = [step.model_dump(by_alias=True, exclude_none=True) for step in seed.spec.parse]
-    twin = seed.evolve(parse=[*steps, {"int": True}])  # the incumbent's inputs under another sha
+    twin = seed.evolve(parse=[*steps, {"int": True}])  # the incumbent's prompts under another sha
+    hot = seed.evolve(decoding={"temperature": 0.8})  # ditto: training samples at the weights config's temperature
     archive = Archive(f"sqlite:///{tmp_path / 'a.db'}")
     archive.create_run("r", "whale-fixed", {}, run_id="r")
     ev = {"split": "val", "completions": 1, "prompt_tokens": 1, "completion_tokens": 0, "subset": "a", "n": 10}
-    for h, score in zip([seed, *others, twin], [0.5, 0.2, 0.7, 0.4, 0.9], strict=True):
+    for h, score in zip([seed, *others, twin, hot], [0.5, 0.2, 0.7, 0.4, 0.9, 0.8], strict=True):
         archive.put_harness(h.sha, h.text, h.name, h.parent)
         archive.record_evaluation("r", h.sha, "c0", score=score, **ev)
     handles = SimpleNamespace(archive=archive, run_id="r")
@@ -33,7 +34,7 @@ def test_population_is_the_runs_best_other_harnesses_as_of_the_leg(tmp_path: Pat
     assert off.weights.population.k == 0 and _population(handles, off, state, later) == []  # type: ignore[arg-type]
     on = load_config(None, ["weights.population.k=2"])
     got = _population(handles, on, state, later)  # type: ignore[arg-type]
-    # best first; the incumbent and its input-equivalent twin (best val score, but the same prompts) excluded
+    # best first; the incumbent and its prompt-equivalent twins (best val scores, but the same prompts) excluded
     assert [r.sha for r in got] == [others[1].sha, others[2].sha]
     assert all(r.load().sha == r.sha for r in got)
     earlier = datetime.now() - timedelta(days=1)  # a replayed leg that first started before any evaluation
