@@ -44,6 +44,9 @@ def test_bad_types_and_ranges() -> None:
         load_config(None, ["search.rounds=[100, 50]"])
     with pytest.raises(ConfigError, match="iterations"):
         load_config(None, ["iterations=0"])
+    # keeping every candidate would never halve: refused on load, not by a crash inside a harness leg
+    with pytest.raises(ConfigError, match=r"search\.keep_fraction"):
+        load_config(None, ["search.keep_fraction=1.0"])
 
 
 def test_override_syntax_errors(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ from whale_core.proposers.base import (
     ProposalContext,
     Proposer,
     ProposerUnavailable,
+    check_candidate,
 )
 from whale_core.selection import PairedResult, paired_test, pareto_front, successive_halving
 from whale_core.suites.base import Problem, Suite
@@ -57,7 +58,7 @@ class SearchConfig(BaseModel):
     api_key_env: str | None = None
     candidates: int = Field(8, ge=1, le=64, description="candidates proposed per harness leg")
     rounds: list[int] = Field(default_factory=lambda: [40, 100, 200], description="successive-halving subset sizes")
-    keep_fraction: float = Field(0.5, gt=0.0, le=1.0)
+    keep_fraction: float = Field(0.5, gt=0.0, lt=1.0, description="share of candidates kept per halving round")
     z: float = Field(1.645, ge=0.0, description="standard errors a winner must clear (paired test)")
     min_delta: float = Field(0.0, ge=0.0, le=1.0)
     archive_top: int = Field(8, ge=0, le=100, description="prior harnesses shown to the proposer")
@@ -413,7 +414,13 @@ def run_harness_leg(
         reason = p.reason
         if p.status == "valid" and h is not None and (h.sha in valid or h.sha == incumbent.sha):
             reason, h = "duplicate of another candidate or the incumbent", None
+        if h is not None and restrict_to is not None:  # enforced here too: a custom proposer may ignore it
+            checked = check_candidate(h.text, incumbent, restrict_to, p.proposer, parent=h.parent)
+            if checked.status != "valid":
+                reason, h = checked.reason, None
         if p.status != "valid" or h is None:
+            if p.harness is not None:  # a valid harness rejected here (duplicate, restriction): keep its text
+                archive.put_harness(p.harness.sha, p.harness.text, p.harness.name, p.harness.parent)
             archive.add_candidate(
                 run_id=run_id,
                 leg_id=leg_id,

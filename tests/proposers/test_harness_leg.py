@@ -1,0 +1,193 @@
+"""`run_harness_leg` end to end: the `llm` proposer through litellm against the scripted local OpenAI-compatible
+server (see conftest; it stands in for a paid provider API) on the micro model, with every rejection recorded in the
+archive and a dead or slow proposer ending the leg cleanly; and the acceptance rule at leg level, with constructed
+per-problem scores (a truly better candidate is accepted, a noise-only one is not) and the prompt-weights
+restriction enforced even against a proposer that ignores it."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from whale_core.archive import Archive
+from whale_core.harness import Harness
+from whale_core.proposers import Proposal, ProposalContext
+from whale_core.search import ScoreBlock, SearchConfig, run_harness_leg, validation_order
+from whale_core.suites import SuiteConfig, load_suite
+
+KEY_ENV = "WHALE_TEST_PROPOSER_KEY"
+
+
+@pytest.fixture(scope="module")
+def suite() -> Any:
+    return load_suite(SuiteConfig(name="arith", sizes={"train": 40, "val": 40, "test": 10}))
+
+
+@pytest.fixture(scope="module")
+def seed(suite: Any) -> Harness:
+    return Harness.from_text(suite.seed_harness)
+
+
+@pytest.fixture
+def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    key = "sk-whale-test-" + secrets.token_hex(16)
+    monkeypatch.setenv(KEY_ENV, key)
+    return key
+
+
+def _fence(text: str) -> str:
+    return f"```yaml\n{text.rstrip()}\n```"
+
+
+def _archive(tmp_path: Path) -> tuple[Archive, str]:
+    archive = Archive(f"sqlite:///{tmp_path / 'a.db'}")
+    return archive, archive.create_run("leg", "harness-only", {}).id
+
+
+def _llm_cfg(server: Any, **kw: Any) -> SearchConfig:
+    return SearchConfig(
+        proposer="openai/test-model", api_base=server.api_base, api_key_env=KEY_ENV, candidates=4,
+        rounds=[10, 20], num_retries=0, **kw,
+    )  # fmt: skip
+
+
+def _leg(policy: Any, seed: Harness, suite: Any, cfg: SearchConfig, tmp_path: Path, **kw: Any) -> Any:
+    archive, run_id = _archive(tmp_path)
+    res = run_harness_leg(
+        policy=policy, incumbent=seed, suite=suite, cfg=cfg, archive=archive, run_id=run_id, leg_id=None,
+        iteration=0, seed=0, traces_dir=tmp_path / "traces", batch_size=16, **kw,
+    )  # fmt: skip
+    return res, archive, run_id
+
+
+def test_llm_leg_completes_and_records_every_rejection(
+    server: Any, api_key: str, micro_policy: Any, suite: Any, seed: Harness, tmp_path: Path
+) -> None:
+    valid_a = seed.evolve(fewshot={"k": 1})
+    valid_b = seed.evolve(instruction="Add the two numbers. Reply with the sum only.")
+    server.push(
+        "\n\n".join(
+            [
+                "Four ideas:",
+                _fence(valid_a.text),
+                _fence("whale_harness: 1\nname: [oops\n"),  # malformed YAML
+                _fence(seed.text + "temperature: 0.3\n"),  # unknown top-level key
+                _fence(valid_b.text),
+                _fence(seed.text),  # no change
+            ]
+        )
+    )
+    res, archive, run_id = _leg(micro_policy, seed, suite, _llm_cfg(server), tmp_path)
+    rejected = [c for c in res.candidates if c.status == "rejected"]
+    assert len(rejected) == 3 and all(c.reason for c in rejected)
+    reasons = " | ".join(c.reason or "" for c in rejected)
+    assert "invalid YAML" in reasons and "unknown key 'temperature'" in reasons and "no change" in reasons
+    scored = {c.sha for c in res.candidates if c.status in ("accepted", "lost")}
+    assert scored == {valid_a.sha, valid_b.sha}
+    # the archive holds every candidate with its status and reason; the texts of the rejected ones are kept
+    rows = archive.candidates(run_id)
+    assert sorted(r.status for r in rows) == sorted(["rejected"] * 3 + [c.status for c in res.candidates
+                                                                          if c.sha in scored])  # fmt: skip
+    assert all(r.reason for r in rows if r.status == "rejected")
+    assert any(r.text and "oops" in r.text for r in rows if r.status == "rejected")
+    # what the proposer saw: the incumbent's failing traces (the micro model fails most sums)
+    body = str(server.requests[0].body)
+    assert "Add the two numbers." in body and "gold" in body.lower()
+    # rollouts counted: the incumbent on 20 problems, each valid candidate on at least the first round
+    assert res.completions >= 20 + 2 * 10
+    assert res.proposer_usage["prompt_tokens"] == pytest.approx(1000)
+    # the key never reaches the archive
+    assert api_key not in (tmp_path / "a.db").read_bytes().decode("latin-1")
+
+
+def test_llm_leg_survives_http_500(
+    server: Any, api_key: str, micro_policy: Any, suite: Any, seed: Harness, tmp_path: Path
+) -> None:
+    server.push(status=500, times=3)
+    res, archive, run_id = _leg(micro_policy, seed, suite, _llm_cfg(server), tmp_path)
+    assert not res.accepted and res.incumbent_out == seed
+    assert res.reason.startswith("proposer unavailable") and api_key not in res.reason
+    assert [d.kind for d in archive.decisions(run_id)] == ["proposer-unavailable"]
+
+
+def test_llm_leg_survives_a_reply_slower_than_the_timeout(
+    server: Any, api_key: str, micro_policy: Any, suite: Any, seed: Harness, tmp_path: Path
+) -> None:
+    server.push(_fence(seed.evolve(fewshot={"k": 1}).text), delay=30)
+    res, archive, run_id = _leg(micro_policy, seed, suite, _llm_cfg(server, timeout=1.0), tmp_path)
+    assert not res.accepted and res.reason.startswith("proposer unavailable")
+    assert archive.candidates(run_id) == []
+
+
+# ----------------------------------------------------------------------------- acceptance, constructed scores
+class Scripted:
+    """A proposer returning fixed harnesses, marked valid without any check (a careless custom proposer)."""
+
+    def __init__(self, harnesses: list[Harness]) -> None:
+        self.harnesses = harnesses
+
+    def propose(self, context: ProposalContext, k: int) -> list[Proposal]:
+        return [Proposal(h.text, h, "valid", None, "scripted") for h in self.harnesses[:k]]
+
+
+def _constructed(suite: Any, table: dict[str, list[float]]) -> Any:
+    """A ``roll_many`` that returns the per-problem scores in ``table`` (by harness sha or name) for each slice."""
+    n = len(validation_order(suite, 0))
+
+    def roll_many(jobs: list[tuple[Harness, int, int]]) -> list[ScoreBlock]:
+        out = []
+        for h, i, j in jobs:
+            scores = table.get(h.sha, table.get(h.name, []))[:n][i:j]
+            traces = [{"problem_id": f"p{k}", "prompt": "x", "completions": ["1"], "answer": "1", "gold": "2",
+                       "error": None, "score": s} for k, s in enumerate(scores, start=i)]  # fmt: skip
+            out.append(ScoreBlock(scores, [10] * len(scores), len(scores), traces))
+        return out
+
+    return roll_many
+
+
+def test_leg_accepts_a_true_gain_and_rejects_a_noise_only_one(suite: Any, seed: Harness, tmp_path: Path) -> None:
+    base = [1.0 if k % 10 < 3 else 0.0 for k in range(40)]  # 0.30
+    better = [1.0 if k % 10 < 7 else 0.0 for k in range(40)]  # 0.70 on the same problems
+    noise = list(base)
+    for k in (3, 13, 23):  # 3 gains, 2 losses: +0.025, well inside the noise
+        noise[k] = 1.0
+    noise[0] = noise[10] = 0.0
+    cfg = SearchConfig(candidates=2, rounds=[20, 40])
+    h_better = seed.evolve(name="better", instruction="Sum them.")
+    h_noise = seed.evolve(name="noise", instruction="Add them.")
+    table = {seed.name: base, "better": better, "noise": noise}
+
+    res, archive, run_id = _leg(None, seed, suite, cfg, tmp_path, proposer=Scripted([h_noise]),
+                                roll_many=_constructed(suite, table), policy_id="p0")  # fmt: skip
+    assert not res.accepted and res.incumbent_out == seed
+    assert res.paired is not None and res.paired.delta == pytest.approx(0.025)
+    assert [d.kind for d in archive.decisions(run_id)] == ["reject"]
+
+    res, archive, run_id = _leg(None, seed, suite, cfg, tmp_path / "b", proposer=Scripted([h_noise, h_better]),
+                                roll_many=_constructed(suite, table), policy_id="p0")  # fmt: skip
+    assert res.accepted and res.incumbent_out == h_better
+    assert res.incumbent_score == pytest.approx(0.3) and res.winner_score == pytest.approx(0.7)
+    status = {c.sha: c.status for c in res.candidates}
+    assert status[h_better.sha] == "accepted" and status[h_noise.sha] == "lost"
+    assert [d.kind for d in archive.decisions(run_id)] == ["accept"]
+
+
+def test_prompt_weights_restriction_is_enforced_by_the_leg(suite: Any, seed: Harness, tmp_path: Path) -> None:
+    only_instruction = seed.evolve(instruction="Sum them.")
+    outside = seed.evolve(answer={"reverse": True})
+    table = {seed.sha: [0.0] * 40, only_instruction.sha: [1.0] * 40, outside.sha: [1.0] * 40}
+    res, archive, run_id = _leg(
+        None, seed, suite, SearchConfig(candidates=2, rounds=[20, 40]), tmp_path,
+        proposer=Scripted([outside, only_instruction]), roll_many=_constructed(suite, table), policy_id="p0",
+        restrict_to=frozenset({"instruction"}),
+    )  # fmt: skip
+    by_sha = {c.sha: c for c in res.candidates}
+    assert by_sha[outside.sha].status == "rejected"
+    assert "prompt-weights mode" in (by_sha[outside.sha].reason or "")
+    assert "answer.reverse" in (by_sha[outside.sha].reason or "")
+    assert res.accepted and res.incumbent_out == only_instruction
+    assert {r.status for r in archive.candidates(run_id)} == {"rejected", "accepted"}
