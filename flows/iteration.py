@@ -169,8 +169,8 @@ def block_ascent_iteration(
 
 def _population(h: RunHandles, cfg: Any, state: IterState, as_of: Any) -> list[HarnessRef]:
     """The mitigation's extra harnesses for this weights leg (``weights.population.k`` best val-scored harnesses of
-    the run that feed the model other inputs than the incumbent, from evaluations before the leg first started);
-    empty when off."""
+    the run that feed the model other inputs than the incumbent and score at least ``min_score_ratio`` of its val
+    score, from evaluations before the leg first started); empty when off."""
     k = cfg.weights.population.k
     if k <= 0:
         return []
@@ -178,7 +178,10 @@ def _population(h: RunHandles, cfg: Any, state: IterState, as_of: Any) -> list[H
     from whale_core.robustness import population_harnesses, probe_of
 
     probe = probe_of(suite_of(cfg.suite.model_dump(mode="json")), "train", 16, cfg.seed)
-    members = population_harnesses(h.archive, h.run_id, state.harness.load(), k, as_of=as_of, probe=probe)
+    members = population_harnesses(
+        h.archive, h.run_id, state.harness.load(), k, as_of=as_of, probe=probe,
+        min_score_ratio=cfg.weights.population.min_score_ratio,
+    )  # fmt: skip
     return [HarnessRef.of(m) for m in members[1:]]
 
 

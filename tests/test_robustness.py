@@ -222,6 +222,16 @@ def test_population_skips_members_with_the_incumbents_inputs(tmp_path: Path, sui
     assert [h.sha for h in population_harnesses(archive, "r0", hs[0], 2)] == [hs[0].sha, twin.sha, hot.sha]
     pop = population_harnesses(archive, "r0", hs[0], 3, probe=probe_of(suite, "train", 8))
     assert [h.sha for h in pop] == [hs[0].sha, hs[1].sha]
+    # a floor relative to the incumbent's val score keeps poor harnesses out
+    poor = _variant(seed_h, "Poor.")
+    archive.put_harness(poor.sha, poor.text, poor.name, poor.parent)
+    archive.record_evaluation("r0", poor.sha, "c0", subset="a", score=0.1, n=10, **ev)
+    probe = probe_of(suite, "train", 8)
+    everyone = population_harnesses(archive, "r0", hs[1], 3, probe=probe)
+    assert [h.sha for h in everyone] == [hs[1].sha, twin.sha, poor.sha]  # hs[0], hot: twin's prompts
+    good = population_harnesses(archive, "r0", hs[1], 3, probe=probe, min_score_ratio=0.75)
+    assert [h.sha for h in good] == [hs[1].sha, twin.sha]  # 0.1 < 0.75 x 0.6
+    assert PopulationConfig().min_score_ratio == 0.75
 
 
 def test_assign_population_is_balanced_and_deterministic() -> None:

@@ -73,7 +73,10 @@ class PopulationConfig(BaseModel):
 
     ``k`` = 0 is off (incumbent only). With ``k`` ≥ 1 the population is the incumbent plus the ``k`` best other
     harnesses the run's archive scored on val (`population_harnesses`); each train problem is rendered by one member
-    (`assign_population`, seeded, balanced), and its completions are parsed by that member.
+    (`assign_population`, seeded, balanced), and its completions are parsed by that member. A member must score at
+    least ``min_score_ratio`` x the incumbent's val score: early in a run the "top-k" holds poor harnesses (e.g. a
+    reversed-answer format at a fifth of the incumbent's score), and training on their prompts teaches the model a
+    format it then uses on the incumbent's prompts too (measured: docs/results.md).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -81,6 +84,9 @@ class PopulationConfig(BaseModel):
     k: int = Field(0, ge=0, le=16)
     incumbent_weight: float = Field(
         0.5, gt=0.0, le=1.0, description="fraction of train problems rendered by the incumbent when k >= 1"
+    )
+    min_score_ratio: float = Field(
+        0.75, ge=0.0, le=1.0, description="a member's best val score must reach this share of the incumbent's"
     )
 
 
@@ -397,17 +403,24 @@ def population_harnesses(
     k: int,
     as_of: datetime | None = None,
     probe: Probe | None = None,
+    min_score_ratio: float = 0.0,
 ) -> list[Harness]:
     """The incumbent, then up to ``k`` other harnesses with the best val scores in the run's archive (parseable
     ones only; evaluations before ``as_of`` when given). With a ``probe``, a harness that renders the same prompts
     as the incumbent or an earlier member (`input_signature` without sampling settings: a member that differs only in
     temperature or votes trains exactly like the incumbent) is skipped. ``k`` = 0 gives ``[incumbent]``; fewer than
-    ``k`` others when the archive holds fewer distinct ones."""
+    ``k`` others when the archive holds fewer distinct ones. With ``min_score_ratio`` > 0, a harness whose val score
+    is below that share of the incumbent's is skipped (no floor when the incumbent has no val score)."""
     out = [incumbent]
     if k <= 0:
         return out
     inputs = {input_signature(incumbent, probe, sampling=False)} if probe else set()
-    for sha, _ in best_val_harnesses(archive, run_id, 8 * k + 8, exclude={incumbent.sha}, as_of=as_of):
+    ranked = best_val_harnesses(archive, run_id, 10_000, as_of=as_of)
+    own = next((score for sha, score in ranked if sha == incumbent.sha), None)
+    floor = min_score_ratio * own if own is not None else 0.0
+    for sha, score in [(sha, score) for sha, score in ranked if sha != incumbent.sha][: 8 * k + 8]:
+        if score < floor:
+            break  # best first: the rest are lower still
         try:
             h = Harness.from_text(archive.get_harness(sha).text, parent=None)
         except (HarnessError, LookupError):
