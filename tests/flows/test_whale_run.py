@@ -99,6 +99,38 @@ def test_lineage_is_complete_in_mlflow(finished_run: dict[str, Any]) -> None:
                 assert meta["parent"][:12] in harnesses, f"harness {meta['sha'][:12]} has a dangling parent"
 
 
+@pytest.mark.browser
+def test_lineage_is_browsable_in_the_mlflow_ui(finished_run: dict[str, Any], tmp_path: Path) -> None:
+    """`mlflow server` over the real run's store, opened in headless Chromium: the checkpoint's Logged Model page
+    shows its harness tag, and the run that holds that harness's artifact shows the artifact and its text."""
+    from mlflow_ui import SHOTS, chromium, mlflow_server, open_and_wait
+
+    home, run_id = finished_run["home"], finished_run["run_id"]
+    client = _client(home)
+    runs = _runs(home, run_id)
+    exp_id = runs[0].info.experiment_id
+    (model,) = client.search_logged_models(experiment_ids=[exp_id], filter_string=f"tags.`whale.run_id` = '{run_id}'")
+    sha = model.tags["whale.harness_sha"]
+    holder, art_path = next(
+        (r, a.path)
+        for r in runs
+        for a in client.list_artifacts(r.info.run_id, "harnesses")
+        if Path(a.path).name.startswith(sha[:12])
+    )
+    with (
+        mlflow_server(f"sqlite:///{home / 'mlflow.db'}", home / "mlartifacts", tmp_path / "server.log") as url,
+        chromium(tmp_path / "profile") as browser,
+    ):
+        model_url = f"{url}/#/experiments/{exp_id}/models/{model.model_id}"
+        text = open_and_wait(browser, model_url, sha, "mlflow_model_page.png")
+        assert model.tags["whale.checkpoint_id"] in text
+        artifact_url = f"{url}/#/experiments/{exp_id}/runs/{holder.info.run_id}/artifacts/{art_path}"
+        text = open_and_wait(browser, artifact_url, Path(art_path).name, "mlflow_run_page.png")
+        assert "whale_harness" in text and "instruction" in text  # the harness text itself is rendered
+    assert (SHOTS / "mlflow_model_page.png").stat().st_size > 10_000
+    assert (SHOTS / "mlflow_run_page.png").stat().st_size > 10_000
+
+
 def test_rerun_recomputes_only_that_leg(finished_run: dict[str, Any]) -> None:
     env, run_id = finished_run["env"], finished_run["run_id"]
     since = now()

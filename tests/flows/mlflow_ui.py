@@ -1,0 +1,125 @@
+"""Helpers for the UI check: a real ``mlflow server`` on a free 127.0.0.1 port over a run's store, and Debian's
+headless Chromium driven through ``/usr/bin/chromedriver`` (selenium; no browser download). Screenshots go to
+``test-artifacts/`` (gitignored)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SHOTS = REPO / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+CHROME_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1600,1200",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate the server's whole process group (uvicorn workers included), escalating to SIGKILL."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+@contextmanager
+def mlflow_server(backend_uri: str, artifacts: Path, log_path: Path) -> Iterator[str]:
+    """``mlflow server`` over ``backend_uri`` serving ``artifacts``; yields its base URL once /health answers."""
+    port = _free_port()
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_DISABLE_TELEMETRY="true")
+    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    cmd += ["--backend-store-uri", backend_uri, "--artifacts-destination", artifacts.as_uri()]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 180
+            while True:
+                if proc.poll() is not None:
+                    pytest.fail(f"mlflow server exited with {proc.returncode}: {log_path.read_text()}")
+                try:
+                    with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+                        if resp.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    pytest.fail(f"mlflow server not healthy after 180 s: {log_path.read_text()}")
+                time.sleep(0.5)
+            yield url
+        finally:
+            _stop(proc)
+
+
+@contextmanager
+def chromium(profile: Path) -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROME_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={profile}")
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(120)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def open_and_wait(driver: Any, url: str, needle: str, shot: str) -> str:
+    """Open ``url``, wait until ``needle`` is in the page text, save a screenshot; return the page text."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(url)
+    SHOTS.mkdir(exist_ok=True)
+    path = SHOTS / shot
+    try:
+        WebDriverWait(driver, 90, poll_frequency=1).until(lambda d: needle in d.find_element(By.TAG_NAME, "body").text)
+    except TimeoutException:
+        driver.save_screenshot(str(path))
+        text = driver.find_element(By.TAG_NAME, "body").text
+        pytest.fail(f"{needle!r} never appeared at {url} (screenshot {path}); page text:\n{text[:2000]}")
+    # bring the last element that shows the needle into view, so the screenshot shows what was checked
+    hits = driver.find_elements(By.XPATH, f"//*[contains(text(), '{needle}')]")
+    if hits:
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", hits[-1])
+    time.sleep(1)  # let the page finish painting before the screenshot
+    assert driver.save_screenshot(str(path))
+    print(f"screenshot: {path}")
+    return str(driver.find_element(By.TAG_NAME, "body").text)
