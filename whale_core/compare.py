@@ -353,12 +353,14 @@ def bar_chart(stats: Sequence[ModeStats], title: str = "held-out test score") ->
            color=[_COLORS.get(s.mode, "tab:gray") for s in stats], alpha=0.8)  # fmt: skip
     for x, s in zip(xs, stats, strict=True):
         ax.scatter([x] * len(s.values), s.values, color="black", s=10, zorder=3)
-        ax.annotate(f"{s.mean:.3f}" if s.n else "failed", (x, means[x]), xytext=(0, 4), textcoords="offset points",
+        top = max([means[x] + (s.sd if s.n else 0.0), *s.values])  # above the error bar and the seed dots
+        ax.annotate(f"{s.mean:.3f}" if s.n else "failed", (x, top), xytext=(0, 4), textcoords="offset points",
                     ha="center", fontsize=8)  # fmt: skip
+    ax.set_ylim(0, max([1e-3, *(m + (s.sd if s.n else 0.0) for m, s in zip(means, stats, strict=True))]) * 1.2)
     inits = [s.initial_mean for s in stats if s.n]
     if inits:
         ax.axhline(statistics.fmean(inits), color="gray", linestyle="--", linewidth=1, label="base model, seed harness")
-        ax.legend(loc="upper right", fontsize=8)
+        ax.legend(loc="lower right", fontsize=8)
     ax.set_xticks(xs, [s.label for s in stats], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("test score (mean ± sd over seeds)")
     ax.set_title(title)
