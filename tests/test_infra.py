@@ -11,13 +11,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +21,9 @@ from typing import Any
 
 import pytest
 import yaml
+from servers import free_port as _free_port
+from servers import stop_group as _stop_group
+from servers import wait_healthy as _wait_healthy
 
 from whale_core.lineage import Lineage
 
@@ -36,39 +35,6 @@ SHA = "e" * 64
 
 
 # ------------------------------------------------------------------------------------------------------ helpers
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes] | None, log: Path, limit_s: float = 180) -> None:
-    deadline = time.monotonic() + limit_s
-    while True:
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"server exited with {proc.returncode} before {url} was healthy:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            pytest.fail(f"{url} not healthy after {limit_s} s:\n{log.read_text()[-3000:]}")
-        time.sleep(0.5)
-
-
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-
-
 def _compose() -> dict[str, Any]:
     return dict(yaml.safe_load((INFRA / "docker-compose.yml").read_text()))
 

@@ -5,18 +5,16 @@ headless Chromium driven through ``/usr/bin/chromedriver`` (selenium; no browser
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from servers import free_port, stop_group, wait_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "test-artifacts"
@@ -35,28 +33,10 @@ CHROME_FLAGS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Terminate the server's whole process group (uvicorn workers included), escalating to SIGKILL."""
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-
-
 @contextmanager
 def mlflow_server(backend_uri: str, artifacts: Path, log_path: Path) -> Iterator[str]:
     """``mlflow server`` over ``backend_uri`` serving ``artifacts``; yields its base URL once /health answers."""
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_DISABLE_TELEMETRY="true")
     cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     cmd += ["--backend-store-uri", backend_uri, "--artifacts-destination", artifacts.as_uri()]
@@ -64,22 +44,10 @@ def mlflow_server(backend_uri: str, artifacts: Path, log_path: Path) -> Iterator
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 180
-            while True:
-                if proc.poll() is not None:
-                    pytest.fail(f"mlflow server exited with {proc.returncode}: {log_path.read_text()}")
-                try:
-                    with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-                        if resp.status == 200:
-                            break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    pytest.fail(f"mlflow server not healthy after 180 s: {log_path.read_text()}")
-                time.sleep(0.5)
+            wait_healthy(f"{url}/health", proc, log_path)
             yield url
         finally:
-            _stop(proc)
+            stop_group(proc)
 
 
 @contextmanager
