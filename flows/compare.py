@@ -16,6 +16,7 @@ from typing import Any
 
 from prefect import flow, tags
 
+from flows.startup import prepare
 from flows.whale_run import seed_harness, whale_run
 from tasks import rollout_task
 from whale_core.archive import Archive
@@ -235,6 +236,7 @@ def start_compare(
 ) -> dict[str, Any]:
     """Entry point for the CLI: one Prefect flow run of `whale_compare` (an existing id resumes, `resolve_config`)."""
     base = resolve_config(compare_id, cfg, request)
+    prepare(base)
     return whale_compare(
         check_compare_id(compare_id), base.model_dump(mode="json"), spec.model_dump(mode="json"), command, request
     )

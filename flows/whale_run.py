@@ -16,6 +16,7 @@ from prefect import flow, tags
 
 from flows.common import IterState, RunHandles
 from flows.iteration import block_ascent_iteration
+from flows.startup import prepare
 from tasks import rollout_task
 from whale_core.budget import Budget
 from whale_core.config import WhaleConfig
@@ -174,6 +175,7 @@ def start_run(cfg: WhaleConfig, run_id: str | None = None) -> dict[str, Any]:
 
     rid = run_id or new_run_id(cfg)
     Archive(cfg.tracking.archive_url).create_run(rid, cfg.mode, cfg.model_dump(mode="json"), run_id=rid)
+    prepare(cfg)
     return whale_run(rid, cfg.model_dump(mode="json"))
 
 
@@ -185,7 +187,9 @@ def _stored_config(run_id: str, archive_url: str | None = None) -> dict[str, Any
 
 def resume_run(run_id: str, archive_url: str | None = None) -> dict[str, Any]:
     """Continue a stopped or crashed run with its stored config; completed tasks come back ``Cached``."""
-    return whale_run(run_id, _stored_config(run_id, archive_url))
+    config = _stored_config(run_id, archive_url)
+    prepare(WhaleConfig.model_validate(config))
+    return whale_run(run_id, config)
 
 
 def rerun_iteration(run_id: str, iteration: int, archive_url: str | None = None) -> dict[str, Any]:
@@ -198,4 +202,5 @@ def rerun_iteration(run_id: str, iteration: int, archive_url: str | None = None)
     archive.add_decision(
         run_id, iteration, "rerun", f"rerun of iteration {iteration} requested", {"generation": generation}
     )
+    prepare(WhaleConfig.model_validate(config))
     return whale_run(run_id, config, rerun_from=iteration, generation=generation)

@@ -1,0 +1,114 @@
+"""Start-up overlap: Prefect's temporary server boots while the process loads what the run's first tasks need.
+
+In the embedded default (no ``PREFECT_API_URL``) the first Prefect call starts a temporary API server in a subprocess
+and waits for it: 7–14 s on a 2-core machine (imports, database migrations on a fresh ``PREFECT_HOME``), during which
+the run process sits idle. `prepare` starts that same server (Prefect's own `SubprocessASGIServer` singleton, which
+`get_client` then reuses) in a thread and meanwhile does, in the main thread, work the run does anyway: the heavy
+imports the tasks make (torch, transformers, TRL, PEFT), loading the base policy into the per-process policy cache,
+building the suite, and opening the MLflow store (its migrations on a fresh store).
+
+Only an optimization: nothing here changes what a run computes. A preload step that fails is logged and skipped (the
+task that needs it fails later with its own error, retries and records); a server that fails to start here is left
+to Prefect's own start, which raises its own error. With ``PREFECT_API_URL`` set there is no temporary server and
+only the preload runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from whale_core.config import WhaleConfig
+
+log = logging.getLogger("whale.startup")
+
+__all__ = ["StartupReport", "prepare", "uses_temporary_server"]
+
+
+@dataclass
+class StartupReport:
+    """What `prepare` did: seconds per preload step, the server's start time, and what was skipped (with why)."""
+
+    server_seconds: float | None = None  # None: no temporary server (a server is configured)
+    waited_seconds: float = 0.0  # time the main thread waited for the server after its own preload
+    steps: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def uses_temporary_server() -> bool:
+    """True when Prefect would start its temporary (ephemeral) server: no API URL is configured."""
+    from prefect.settings import get_current_settings
+
+    s = get_current_settings()
+    return not s.api.url and bool(s.server.ephemeral.enabled)
+
+
+def _start_server(out: dict[str, object]) -> None:
+    t0 = time.perf_counter()
+    try:
+        from prefect.server.api.server import SubprocessASGIServer
+
+        SubprocessASGIServer().start()
+    except Exception as exc:  # Prefect's own start on first use raises its own error
+        out["error"] = exc
+    out["seconds"] = time.perf_counter() - t0
+
+
+def _preload_steps(cfg: WhaleConfig) -> list[tuple[str, Callable[[], object]]]:
+    def imports() -> None:
+        import peft  # noqa: F401
+        import transformers  # noqa: F401
+        import trl  # noqa: F401
+
+    def policy() -> None:
+        from whale_core.refs import PolicyRef, load_cached
+
+        load_cached(PolicyRef.base(cfg.model.name, cfg.model.device))
+
+    def suite() -> None:
+        from tasks.runtime import suite_of
+
+        suite_of(cfg.suite.model_dump(mode="json"))
+
+    def mlflow_store() -> None:
+        from whale_core.lineage import Lineage
+
+        Lineage(cfg.tracking.mlflow_uri, cfg.tracking.experiment)
+
+    return [("imports", imports), ("policy", policy), ("suite", suite), ("mlflow_store", mlflow_store)]
+
+
+def prepare(cfg: WhaleConfig) -> StartupReport:
+    """Boot Prefect's temporary server (if one is used) while preloading; returns what it did. Never raises."""
+    report = StartupReport()
+    server: dict[str, object] = {}
+    thread = None
+    try:
+        temporary = uses_temporary_server()
+    except Exception as exc:
+        temporary = False
+        report.skipped["server"] = f"{type(exc).__name__}: {exc}"
+    if temporary:
+        thread = threading.Thread(target=_start_server, args=(server,), name="whale-prefect-server", daemon=True)
+        thread.start()
+    for name, step in _preload_steps(cfg):
+        t0 = time.perf_counter()
+        try:
+            step()
+        except Exception as exc:
+            report.skipped[name] = f"{type(exc).__name__}: {exc}"
+            log.warning("start-up preload %s skipped: %s", name, report.skipped[name])
+        report.steps[name] = time.perf_counter() - t0
+    if thread is not None:
+        t0 = time.perf_counter()
+        thread.join()
+        report.waited_seconds = time.perf_counter() - t0
+        report.server_seconds = float(server.get("seconds", 0.0))  # type: ignore[arg-type]
+        if "error" in server:
+            report.skipped["server"] = f"{type(server['error']).__name__}: {server['error']}"
+            log.warning("Prefect's temporary server did not start early: %s", report.skipped["server"])
+    log.debug("start-up: %s", report)
+    return report

@@ -1,0 +1,70 @@
+"""`flows.startup.prepare`: Prefect's temporary server boots during the preload and is the one the run then uses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from flow_helpers import REPO, make_home
+
+from flows.startup import prepare
+from whale_core.config import WhaleConfig
+
+SCRIPT = """
+import json
+from flows.startup import prepare
+from whale_core.config import WhaleConfig
+from whale_core.refs import PolicyRef, load_cached
+from prefect.server.api.server import SubprocessASGIServer
+from prefect.client.orchestration import get_client
+
+cfg = WhaleConfig()
+report = prepare(cfg)
+preloaded = load_cached(PolicyRef.base(cfg.model.name, cfg.model.device))
+client = get_client(sync_client=True)
+health = client.api_healthcheck()
+print("RESULT" + json.dumps({
+    "server_seconds": report.server_seconds,
+    "steps": sorted(report.steps),
+    "skipped": report.skipped,
+    "servers": len(SubprocessASGIServer._instances),
+    "client_url": str(client.api_url).rstrip("/"),
+    "server_url": SubprocessASGIServer().api_url.rstrip("/"),
+    "health_error": None if health is None else str(health),
+    "policy_reused": preloaded is load_cached(PolicyRef.base(cfg.model.name, cfg.model.device)),
+}))
+"""
+
+
+def test_prepare_starts_the_server_the_run_then_uses(tmp_path: Path, models_dir: Path) -> None:
+    env = make_home(tmp_path, models_dir)  # fresh PREFECT_HOME, no PREFECT_API_URL: Prefect's temporary server
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT"))
+    res = json.loads(line[len("RESULT") :])
+    assert res["skipped"] == {}
+    assert res["steps"] == ["imports", "mlflow_store", "policy", "suite"]
+    assert res["server_seconds"] is not None and res["server_seconds"] > 0
+    assert res["servers"] == 1  # get_client reused the server prepare started instead of starting a second one
+    assert res["client_url"] == res["server_url"]
+    assert res["health_error"] is None
+    assert res["policy_reused"] is True
+    assert (Path(env["WHALE_HOME"]) / "mlflow.db").is_file()  # the MLflow store was opened (migrated) up front
+
+
+def test_prepare_skips_a_failing_preload_without_raising(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("flows.startup.uses_temporary_server", lambda: False)
+    cfg = WhaleConfig.model_validate({"model": {"name": "/nonexistent/model-dir"}})
+    with caplog.at_level("WARNING", logger="whale.startup"):
+        report = prepare(cfg)
+    assert report.server_seconds is None
+    assert "policy" in report.skipped and "nonexistent" in report.skipped["policy"]
+    assert "imports" not in report.skipped and "suite" not in report.skipped
+    assert any("preload policy skipped" in r.getMessage() for r in caplog.records)
