@@ -7,6 +7,10 @@ the run process sits idle. `prepare` starts that same server (Prefect's own `Sub
 imports the tasks make (torch, transformers, TRL, PEFT), loading the base policy into the per-process policy cache,
 building the suite, and opening the MLflow store (its migrations on a fresh store).
 
+Without a temporary server (``PREFECT_API_URL`` set) there is nothing to overlap with: only the steps every run needs
+before its first task (the suite, the MLflow store) run; the heavy imports and the policy are left to the tasks, so
+a fully cached ``whale resume`` against a running server never imports torch.
+
 Only an optimization: nothing here changes what a run computes. A preload step that fails is logged and skipped (the
 task that needs it fails later with its own error, retries and records); a server that fails to start here is left
 to Prefect's own start, which raises its own error. With ``PREFECT_API_URL`` set there is no temporary server and
@@ -57,7 +61,9 @@ def _start_server(out: dict[str, object]) -> None:
     out["seconds"] = time.perf_counter() - t0
 
 
-def _preload_steps(cfg: WhaleConfig) -> list[tuple[str, Callable[[], object]]]:
+def _preload_steps(cfg: WhaleConfig, overlap: bool) -> list[tuple[str, Callable[[], object]]]:
+    """The steps to run now: all of them while a temporary server boots, else only what any run needs first."""
+
     def imports() -> None:
         import peft  # noqa: F401
         import transformers  # noqa: F401
@@ -78,7 +84,8 @@ def _preload_steps(cfg: WhaleConfig) -> list[tuple[str, Callable[[], object]]]:
 
         Lineage(cfg.tracking.mlflow_uri, cfg.tracking.experiment)
 
-    return [("imports", imports), ("policy", policy), ("suite", suite), ("mlflow_store", mlflow_store)]
+    needed = [("suite", suite), ("mlflow_store", mlflow_store)]
+    return [("imports", imports), ("policy", policy), *needed] if overlap else needed
 
 
 def prepare(cfg: WhaleConfig) -> StartupReport:
@@ -94,7 +101,7 @@ def prepare(cfg: WhaleConfig) -> StartupReport:
     if temporary:
         thread = threading.Thread(target=_start_server, args=(server,), name="whale-prefect-server", daemon=True)
         thread.start()
-    for name, step in _preload_steps(cfg):
+    for name, step in _preload_steps(cfg, overlap=thread is not None):
         t0 = time.perf_counter()
         try:
             step()

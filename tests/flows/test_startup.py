@@ -57,7 +57,7 @@ def test_prepare_starts_the_server_the_run_then_uses(tmp_path: Path, models_dir:
     assert (Path(env["WHALE_HOME"]) / "mlflow.db").is_file()  # the MLflow store was opened (migrated) up front
 
 
-def test_prepare_skips_a_failing_preload_without_raising(
+def test_prepare_skips_what_fails_and_preloads_heavy_parts_only_while_a_server_boots(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr("flows.startup.uses_temporary_server", lambda: False)
@@ -65,6 +65,13 @@ def test_prepare_skips_a_failing_preload_without_raising(
     with caplog.at_level("WARNING", logger="whale.startup"):
         report = prepare(cfg)
     assert report.server_seconds is None
+    assert sorted(report.steps) == ["mlflow_store", "suite"]  # no server to overlap with: no torch, no policy
+    assert report.skipped == {}
+    monkeypatch.setattr("flows.startup.uses_temporary_server", lambda: True)
+    monkeypatch.setattr("flows.startup._start_server", lambda out: out.update(error=OSError("no port"), seconds=0.1))
+    with caplog.at_level("WARNING", logger="whale.startup"):
+        report = prepare(cfg)
     assert "policy" in report.skipped and "nonexistent" in report.skipped["policy"]
+    assert report.skipped["server"] == "OSError: no port"
     assert "imports" not in report.skipped and "suite" not in report.skipped
     assert any("preload policy skipped" in r.getMessage() for r in caplog.records)
