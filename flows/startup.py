@@ -84,7 +84,7 @@ def _preload_steps(cfg: WhaleConfig, overlap: bool) -> list[tuple[str, Callable[
 
         Lineage(cfg.tracking.mlflow_uri, cfg.tracking.experiment)
 
-    needed = [("suite", suite), ("mlflow_store", mlflow_store)]
+    needed: list[tuple[str, Callable[[], object]]] = [("suite", suite), ("mlflow_store", mlflow_store)]
     return [("imports", imports), ("policy", policy), *needed] if overlap else needed
 
 
