@@ -9,7 +9,10 @@ building the suite, and opening the MLflow store (its migrations on a fresh stor
 
 Without a temporary server (``PREFECT_API_URL`` set) there is nothing to overlap with: only the steps every run needs
 before its first task (the suite, the MLflow store) run; the heavy imports and the policy are left to the tasks, so
-a fully cached ``whale resume`` against a running server never imports torch.
+a fully cached ``whale resume`` against a running server never imports torch. The same holds with a temporary server
+when the caller says the run will come from the cache (``compute=False``: ``whale resume`` of a run the archive
+records as finished): a fully cached run needs neither torch nor the policy, and on 2 cores importing them would
+only slow the server's own start.
 
 Only an optimization: nothing here changes what a run computes. A preload step that fails is logged and skipped (the
 task that needs it fails later with its own error, retries and records); a server that fails to start here is left
@@ -50,19 +53,35 @@ def uses_temporary_server() -> bool:
     return not s.api.url and bool(s.server.ephemeral.enabled)
 
 
-def _start_server(out: dict[str, object]) -> None:
+def _start_server(out: dict[str, object], timeout: int | None = None) -> None:
+    """Start Prefect's temporary server; on failure stop what was started, so Prefect's next start begins clean.
+
+    Prefect 3.9's `SubprocessASGIServer.start` leaves the uvicorn process running when it times out (a slow start on
+    a loaded machine): the next start would find that process answering on the same port and adopt it while
+    tracking another, so the first one outlived the run (holding its parent's stdout open; measured here under load).
+    ``timeout``: seconds to wait, default Prefect's ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`` (the CLI sets
+    120 in `whale_core.env`).
+    """
     t0 = time.perf_counter()
+    server = None
     try:
         from prefect.server.api.server import SubprocessASGIServer
 
-        SubprocessASGIServer().start()
+        server = SubprocessASGIServer()
+        server.start(timeout=timeout)
     except Exception as exc:  # Prefect's own start on first use raises its own error
         out["error"] = exc
+        if server is not None:
+            try:
+                server.stop()
+            except Exception as stop_exc:  # pragma: no cover - best effort; the original error is what matters
+                log.warning("could not stop Prefect's temporary server after a failed start: %s", stop_exc)
     out["seconds"] = time.perf_counter() - t0
 
 
 def _preload_steps(cfg: WhaleConfig, overlap: bool) -> list[tuple[str, Callable[[], object]]]:
-    """The steps to run now: all of them while a temporary server boots, else only what any run needs first."""
+    """The steps to run now: all of them when ``overlap`` (a temporary server boots and the run will compute), else
+    only what any run needs first."""
 
     def imports() -> None:
         import peft  # noqa: F401
@@ -88,8 +107,12 @@ def _preload_steps(cfg: WhaleConfig, overlap: bool) -> list[tuple[str, Callable[
     return [("imports", imports), ("policy", policy), *needed] if overlap else needed
 
 
-def prepare(cfg: WhaleConfig) -> StartupReport:
-    """Boot Prefect's temporary server (if one is used) while preloading; returns what it did. Never raises."""
+def prepare(cfg: WhaleConfig, compute: bool = True) -> StartupReport:
+    """Boot Prefect's temporary server (if one is used) while preloading; returns what it did. Never raises.
+
+    ``compute=False``: the run is expected to come back from Prefect's cache (a finished run resumed), so the heavy
+    parts (torch and friends, the base policy) are not preloaded; a task that does compute loads them itself.
+    """
     report = StartupReport()
     server: dict[str, object] = {}
     thread = None
@@ -101,7 +124,7 @@ def prepare(cfg: WhaleConfig) -> StartupReport:
     if temporary:
         thread = threading.Thread(target=_start_server, args=(server,), name="whale-prefect-server", daemon=True)
         thread.start()
-    for name, step in _preload_steps(cfg, overlap=thread is not None):
+    for name, step in _preload_steps(cfg, overlap=thread is not None and compute):
         t0 = time.perf_counter()
         try:
             step()

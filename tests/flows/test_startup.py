@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 from flow_helpers import REPO, make_home
 
-from flows.startup import prepare
+from flows.startup import _start_server, prepare
 from whale_core.config import WhaleConfig
 
 SCRIPT = """
 import json
+from whale_core.env import setup_offline_env
+setup_offline_env()  # as the CLI does before anything imports Prefect (its start-up timeout among them)
 from flows.startup import prepare
 from whale_core.config import WhaleConfig
 from whale_core.refs import PolicyRef, load_cached
@@ -75,3 +77,43 @@ def test_prepare_skips_what_fails_and_preloads_heavy_parts_only_while_a_server_b
     assert report.skipped["server"] == "OSError: no port"
     assert "imports" not in report.skipped and "suite" not in report.skipped
     assert any("preload policy skipped" in r.getMessage() for r in caplog.records)
+
+
+def test_prepare_for_a_cached_rerun_preloads_nothing_heavy_even_while_a_server_boots(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started: list[bool] = []
+    monkeypatch.setattr("flows.startup.uses_temporary_server", lambda: True)
+    monkeypatch.setattr("flows.startup._start_server", lambda out: started.append(True) or out.update(seconds=0.2))
+    cfg = WhaleConfig.model_validate({"model": {"name": "/nonexistent/model-dir"}})
+    report = prepare(cfg, compute=False)
+    assert started == [True]  # the server still boots early
+    assert report.server_seconds == pytest.approx(0.2)
+    assert sorted(report.steps) == ["mlflow_store", "suite"]  # no torch imports, no policy load
+    assert report.skipped == {}
+
+
+def test_a_server_start_that_times_out_leaves_no_process_behind(
+    tmp_path: Path, models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect.server.api.server import SubprocessASGIServer
+
+    started: list[subprocess.Popen[bytes]] = []
+    real = SubprocessASGIServer._run_uvicorn_command
+
+    def recording(self: SubprocessASGIServer) -> subprocess.Popen[bytes]:
+        proc = real(self)
+        started.append(proc)
+        return proc
+
+    monkeypatch.setattr(SubprocessASGIServer, "_run_uvicorn_command", recording)
+    monkeypatch.setattr(SubprocessASGIServer, "_instances", {})
+    for key, value in make_home(tmp_path, models_dir).items():
+        monkeypatch.setenv(key, value)
+    out: dict[str, object] = {}
+    _start_server(out, timeout=1)  # no Prefect server comes up within 1 s here
+    assert isinstance(out.get("error"), RuntimeError) and "Timed out" in str(out["error"])
+    assert started, "Prefect did not start a server process"
+    for proc in started:
+        assert proc.poll() is not None, "the timed-out server process is still running"
+    assert SubprocessASGIServer._instances == {}  # the next start begins clean
