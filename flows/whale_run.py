@@ -179,17 +179,14 @@ def start_run(cfg: WhaleConfig, run_id: str | None = None) -> dict[str, Any]:
     return whale_run(rid, cfg.model_dump(mode="json"))
 
 
-def _stored_config(run_id: str, archive_url: str | None = None) -> dict[str, Any]:
-    from whale_core.archive import Archive
-
-    return Archive(archive_url).get_run(run_id).config
-
-
 def resume_run(run_id: str, archive_url: str | None = None) -> dict[str, Any]:
     """Continue a stopped or crashed run with its stored config; completed tasks come back ``Cached``."""
-    config = _stored_config(run_id, archive_url)
-    prepare(WhaleConfig.model_validate(config))
-    return whale_run(run_id, config)
+    from whale_core.archive import Archive
+
+    stored = Archive(archive_url).get_run(run_id)
+    # A finished run resumed is a fully cached re-run: nothing heavy to preload (see flows/startup.py).
+    prepare(WhaleConfig.model_validate(stored.config), compute=stored.status != "finished")
+    return whale_run(run_id, stored.config)
 
 
 def rerun_iteration(run_id: str, iteration: int, archive_url: str | None = None) -> dict[str, Any]:

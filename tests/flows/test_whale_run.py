@@ -131,6 +131,37 @@ def test_lineage_is_browsable_in_the_mlflow_ui(finished_run: dict[str, Any], tmp
     assert (SHOTS / "mlflow_run_page.png").stat().st_size > 10_000
 
 
+RESUME_PROBE = """
+import sys
+from flows.whale_run import resume_run
+summary = resume_run(sys.argv[1])
+print("HEAVY", sorted(m for m in ("torch", "transformers", "peft", "trl") if m in sys.modules))
+print("FINAL", summary["final_checkpoint"], summary["test_final"])
+"""
+
+
+def test_resume_of_a_finished_run_is_fully_cached_and_never_imports_torch(finished_run: dict[str, Any]) -> None:
+    env, run_id, home = finished_run["env"], finished_run["run_id"], finished_run["home"]
+    before = Counter((r.data.tags.get("whale.kind"), r.data.tags.get("whale.iteration")) for r in _runs(home, run_id))
+    since = now()
+    out = subprocess.run(
+        [sys.executable, "-c", RESUME_PROBE, run_id],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = dict(x.split(" ", 1) for x in out.stdout.splitlines() if x.startswith(("HEAVY ", "FINAL ")))
+    assert lines["HEAVY"] == "[]", lines  # every task came from the cache: nothing needed torch
+    states = task_states(env, since)
+    assert states and {s["state"] for s in states} == {"Cached"}, states
+    after = Counter((r.data.tags.get("whale.kind"), r.data.tags.get("whale.iteration")) for r in _runs(home, run_id))
+    assert after == before  # re-attached to its MLflow runs: no duplicates
+
+
 def test_rerun_recomputes_only_that_leg(finished_run: dict[str, Any]) -> None:
     env, run_id = finished_run["env"], finished_run["run_id"]
     since = now()
