@@ -156,8 +156,8 @@ def test_resume_of_a_finished_run_is_fully_cached_and_never_imports_torch(finish
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     lines = dict(x.split(" ", 1) for x in out.stdout.splitlines() if x.startswith(("HEAVY ", "FINAL ")))
     assert lines["HEAVY"] == "[]", lines  # every task came from the cache: nothing needed torch
-    states = task_states(env, since)
-    assert states and {s["state"] for s in states} == {"Cached"}, states
+    leaves = [s for s in task_states(env, since) if not s["name"].startswith("block-ascent-iteration")]  # not subflows
+    assert leaves and {s["state"] for s in leaves} == {"Cached"}, leaves
     after = Counter((r.data.tags.get("whale.kind"), r.data.tags.get("whale.iteration")) for r in _runs(home, run_id))
     assert after == before  # re-attached to its MLflow runs: no duplicates
 
