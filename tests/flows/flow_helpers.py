@@ -41,8 +41,13 @@ def make_home(tmp: Path, models: Path) -> dict[str, str]:
 
 
 def whale(env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return python(env, "-m", "whale_core.cli", *args, timeout=timeout)
+
+
+def python(env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in the repo with ``env``, output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "whale_core.cli", *args],
+        [sys.executable, *args],
         env=env,
         cwd=REPO,
         capture_output=True,

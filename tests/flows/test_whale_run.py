@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flow_helpers import REPO, SMALL, make_home, now, task_states, whale
+from flow_helpers import REPO, SMALL, make_home, now, python, task_states, whale
 
 pytestmark = pytest.mark.slow
 
@@ -48,6 +48,11 @@ def _runs(home: Path, run_id: str) -> list[Any]:
     exp = client.get_experiment_by_name("whale")
     assert exp is not None
     return list(client.search_runs([exp.experiment_id], filter_string=f"tags.`whale.run_id` = '{run_id}'"))
+
+
+def _run_keys(home: Path, run_id: str) -> Counter[tuple[str | None, str | None]]:
+    """How many MLflow runs per (kind, iteration): all 1 when nothing is duplicated."""
+    return Counter((r.data.tags.get("whale.kind"), r.data.tags.get("whale.iteration")) for r in _runs(home, run_id))
 
 
 def _harness_artifacts(home: Path, runs: list[Any]) -> dict[str, str]:
@@ -134,32 +139,22 @@ def test_lineage_is_browsable_in_the_mlflow_ui(finished_run: dict[str, Any], tmp
 RESUME_PROBE = """
 import sys
 from flows.whale_run import resume_run
-summary = resume_run(sys.argv[1])
+resume_run(sys.argv[1])
 print("HEAVY", sorted(m for m in ("torch", "transformers", "peft", "trl") if m in sys.modules))
-print("FINAL", summary["final_checkpoint"], summary["test_final"])
 """
 
 
 def test_resume_of_a_finished_run_is_fully_cached_and_never_imports_torch(finished_run: dict[str, Any]) -> None:
     env, run_id, home = finished_run["env"], finished_run["run_id"], finished_run["home"]
-    before = Counter((r.data.tags.get("whale.kind"), r.data.tags.get("whale.iteration")) for r in _runs(home, run_id))
+    before = _run_keys(home, run_id)
     since = now()
-    out = subprocess.run(
-        [sys.executable, "-c", RESUME_PROBE, run_id],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    out = python(env, "-c", RESUME_PROBE, run_id, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    lines = dict(x.split(" ", 1) for x in out.stdout.splitlines() if x.startswith(("HEAVY ", "FINAL ")))
-    assert lines["HEAVY"] == "[]", lines  # every task came from the cache: nothing needed torch
+    heavy = next(x for x in out.stdout.splitlines() if x.startswith("HEAVY "))
+    assert heavy == "HEAVY []", heavy  # every task came from the cache: nothing needed torch
     leaves = [s for s in task_states(env, since) if not s["name"].startswith("block-ascent-iteration")]  # not subflows
     assert leaves and {s["state"] for s in leaves} == {"Cached"}, leaves
-    after = Counter((r.data.tags.get("whale.kind"), r.data.tags.get("whale.iteration")) for r in _runs(home, run_id))
-    assert after == before  # re-attached to its MLflow runs: no duplicates
+    assert _run_keys(home, run_id) == before  # re-attached to its MLflow runs: no duplicates
 
 
 def test_rerun_recomputes_only_that_leg(finished_run: dict[str, Any]) -> None:
@@ -220,7 +215,7 @@ def test_sigkill_then_resume_finishes_with_cached_work(tmp_path: Path, models_di
     assert iter0 and set(iter0) == {"Cached"}, states
     assert init == ["Cached"], states
     runs = _runs(home, "crash")
-    keys = Counter((r.data.tags.get("whale.kind"), r.data.tags.get("whale.iteration")) for r in runs)
+    keys = _run_keys(home, "crash")
     assert all(v == 1 for v in keys.values()), f"duplicate MLflow runs: {keys}"
     assert sum(1 for r in runs if r.data.tags.get("whale.kind") == "leg") == 3
     client = _client(home)
