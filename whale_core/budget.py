@@ -40,7 +40,7 @@ class BudgetConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    total: int = Field(default=20_000, gt=0, description="completions for weights + harness legs together")
+    total: int = Field(default=45_000, gt=0, description="completions for weights + harness legs together")
     harness_share_cap: float | None = Field(
         default=None, description="max fraction of total the harness leg may spend; None = no cap"
     )

@@ -87,7 +87,7 @@ class WeightsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    steps: int = Field(150, ge=1)
+    steps: int = Field(300, ge=1)
     learning_rate: float = Field(2e-4, gt=0)
     num_generations: int = Field(4, ge=2, description="group size G (completions per prompt)")
     per_device_train_batch_size: int = Field(64, ge=2, description="completions per step; a multiple of G")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from whale_core.harness import Harness
 from whale_core.models import tiny
@@ -52,8 +54,9 @@ def test_warmup_report_says_the_harness_matters(tiny_model_dir: Path) -> None:
     three = report["three_digit"]
     assert all(v["n"] >= 500 for v in three.values())
     assert {"plain-p0-k0", "rev-p0-k0", "rev-p0-k2", "rev-p0-chat-k1"} <= set(three)
-    # same weights, different harness (answer encoding + the instruction that announces it): far apart
-    assert abs(three["rev-p0-k0"]["accuracy"] - three["plain-p0-k0"]["accuracy"]) > 0.1
+    # same weights, different harness (answer encoding + the instruction that announces it): far apart, and the
+    # seed harness (plain) is not the model's best format, so a harness leg has something to find
+    assert three["rev-p0-k0"]["accuracy"] - three["plain-p0-k0"]["accuracy"] > 0.1
     seed = report["by_digits"]["plain-p0-k0"]  # the arith seed harness
     assert seed["1"]["accuracy"] > seed["3"]["accuracy"] > seed["5"]["accuracy"]
     assert max(v["accuracy"] for v in three.values()) < 0.9  # weak on purpose: headroom for both legs
@@ -139,6 +142,24 @@ def test_warmup_formats_are_real_harnesses() -> None:
     assert chat.is_chat and chat.spec.fewshot.k == 4 and chat.spec.answer.reverse
     assert {f.suite for f in formats} == {"arith", "sort"}
     assert sum(f.weight for f in formats if f.suite == "sort") == pytest.approx(recipe.sort_share)
+
+
+def test_the_encoding_flip_a_proposer_writes_is_a_warmup_format() -> None:
+    """The reversed p0 instruction is the seed's plus the sentence `mutate` writes for that encoding (documented)."""
+    from whale_core.proposers.mutate import describe_encoding, op_answer_encoding
+    from whale_core.suites import load_suite
+
+    seed = Harness.from_text(load_suite("arith").seed_harness)
+    rev = {f.name: Harness.from_text(f.harness) for f in warmup_formats(TinyRecipe())}["rev-p0-k0"]
+    assert rev.spec.instruction == f"{seed.spec.instruction} {describe_encoding(True, 0, '')}"
+    spec = yaml.safe_load(seed.text)  # what `mutate` edits
+
+    class Reverse(random.Random):
+        def choice(self, seq):  # type: ignore[no-untyped-def,override]
+            return "reverse" if "reverse" in seq else super().choice(seq)
+
+    assert op_answer_encoding(spec, Reverse(0))
+    assert spec["instruction"] == rev.spec.instruction and spec["answer"]["reverse"] is True
 
 
 def test_training_sequences_label_every_answer() -> None:

@@ -22,10 +22,18 @@ reversed 3-digit sums from 38 to 98 %), so it is kept short on purpose, leaving 
 (`warmup_formats()`, evolved from the suites' seed harnesses), so what the model saw is exactly expressible as a
 harness; ``warmup_report.json`` holds every format's full text and weight.
 
-- answer encoding: plain (``579``) or reversed (``975``, least significant digit first), 50/50;
+- answer encoding: plain (``579``, 15 %) or reversed (``975``, least significant digit first, 85 %). Reversed is
+  weighted up because it is the encoding a causal model can compute digit by digit (the carry flows in generation
+  order): at 85 % it lands in the band where GRPO learns (~40 % on 3 digits) while plain stays low, so the arith
+  seed harness (plain) leaves the harness leg a real find and the reversed format leaves the weights leg room.
+  The first recipe (``182937327d8f``, 50/50) learned plain first (60 / 7 %): its seed harness was already the best
+  harness and neither leg could improve on it (docs/results.md keeps that history);
 - instruction phrasings, which carry the encoding (the model cannot otherwise know it): plain ``Add the two
   numbers.`` (the arith seed harness) / ``What is the sum?`` / ``Add:``; reversed ``Add the two numbers. Write the
-  sum reversed.`` / ``What is the sum? Write it reversed.`` / ``Add, reversed:``;
+  answer reversed (last digit first).`` / ``What is the sum? Write it reversed.`` / ``Add, reversed:``. The first
+  reversed phrasing is the seed instruction plus the sentence WHALE's proposers write for that encoding
+  (`whale_core.proposers.mutate.describe_encoding`). Simplified on purpose: a 0.3 M-parameter model understands only
+  the phrasings it was trained on, where a real LLM would understand any wording of "reversed";
 - text mode (the seed template ``{{ instruction }}\na+b=``, separator ``\n``) with 0/1/2 demos (20 % of arith
   sequences), chat mode (instruction once as the system message) with 1–7 demos (80 %: many answers per token);
 - loss on answers only: the final answer + EOS and every demo answer + the separator after it (the text before a
@@ -35,25 +43,25 @@ harness; ``warmup_report.json`` holds every format's full text and weight.
   the model memorized it and stayed near 0 on held-out sums); 5 % of sequences are the ``sort`` suite's seed
   harness (0–1 demo) on its train split, so that suite is not at 0.
 
-Measured (default recipe ``182937327d8f``, 1500 steps; greedy exact match on held-out problems, n = 500 per
+Measured (default recipe ``c69e56f38ce5``, 1500 steps; greedy exact match on held-out problems, n = 500 per
 format on 3-digit sums; the harness names are `warmup_formats` names, ``plain-p0-k0`` is the arith seed harness):
 
 ===================================  =======  ========  =================================  =======  ========
 format (3-digit sums)                plain    reversed  format (3-digit sums)              plain    reversed
 ===================================  =======  ========  =================================  =======  ========
-p0 ``Add the two numbers.`` k=0      60.4 %   7.0 %     p0, 1 demo                         50.0 %   9.4 %
-p1 ``What is the sum?`` k=0          62.4 %   7.6 %     p0, 2 demos                        36.6 %   1.2 %
-p2 ``Add:`` k=0                      58.2 %   6.8 %     p0, chat mode, 1 demo              59.2 %   7.6 %
+p0 k=0 (``Add the two numbers.``)    6.2 %    42.8 %    p0, 1 demo                         5.6 %    40.6 %
+p1 k=0 (``What is the sum?``)        4.8 %    44.8 %    p0, 2 demos                        5.6 %    9.8 %
+p2 k=0 (``Add:``)                    5.8 %    38.4 %    p0, chat mode, 1 demo              5.8 %    40.6 %
 ===================================  =======  ========  =================================  =======  ========
 
-By digits (p0, k=0, plain / reversed): 1 digit 90 / 13 % (n = 100), 2 digits 11.2 / 11.6 % (n = 250), 3 digits
-60.4 / 7.0 %, 4 and 5 digits 0 / 0 % (n = 250 each). ``sort`` seed harness: 0 % (n = 300, val). Build on a shared
-2-core machine: 811 s of training wall time (~0.25 CPU-s per step, single thread), ~30 s of evaluation.
+By digits (p0, k=0, plain / reversed): 1 digit 63 / 82 % (n = 100), 2 digits 8.0 / 71.6 % (n = 250), 3 digits
+6.2 / 42.8 %, 4 and 5 digits 0 / 0 % (n = 250 each). ``sort`` seed harness: 1.3 % (n = 300, val). Build on the
+2-core machine (two builds side by side): 268–278 s of training wall time (~0.18 s per step, single thread), ~20 s
+of evaluation; an earlier, loaded measurement of the same code took 811 s.
 
-So the harness matters (60 vs 7 % on the same weights) — but the reverse of STACK.md's pre-study (reversed 38 %,
-plain 3.4 %, with a one-character format marker and 3-digit sums only): here the plain format was learned first and
-the reversed one had barely started; 2-digit sums lag 3-digit ones. The transition is sharp: the same recipe at 1000
-steps gave 6 % plain / 0.8 % reversed on 3 digits.
+So the harness matters (6 vs 43 % on the same weights, the instruction and answer encoding being the only change).
+The transition is sharp and the data mix decides which format crosses it first: at 70 % reversed the same 1500 steps
+gave 4.8 % plain / 10.6 % reversed on 3 digits, at 50 % 60.4 % plain / 7.0 % reversed.
 """
 
 from __future__ import annotations
@@ -116,11 +124,11 @@ class TinyRecipe(BaseModel):
     # data mix and formats
     plain_phrasings: tuple[str, ...] = ("Add the two numbers.", "What is the sum?", "Add:")
     reversed_phrasings: tuple[str, ...] = (
-        "Add the two numbers. Write the sum reversed.",
+        "Add the two numbers. Write the answer reversed (last digit first).",
         "What is the sum? Write it reversed.",
         "Add, reversed:",
     )
-    reversed_share: float = 0.5
+    reversed_share: float = 0.85
     text_k: tuple[float, ...] = (0.5, 0.3, 0.2)  # text mode: P(k = 0, 1, 2) demos
     chat_share: float = 0.8  # share of arith examples in chat mode (instruction once: cheap many-demo sequences)
     chat_k: tuple[float, ...] = (0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)  # chat mode: P(k = 0..7) demos
