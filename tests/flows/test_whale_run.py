@@ -224,3 +224,37 @@ def test_sigkill_then_resume_finishes_with_cached_work(tmp_path: Path, models_di
     ):
         assert str(m.status).endswith("READY"), m.status
         assert client.list_logged_model_artifacts(m.model_id), "checkpoint without artifacts"
+
+
+def test_sigterm_stops_the_run_and_its_temporary_prefect_server(tmp_path: Path, models_dir: Path) -> None:
+    """`kill PID` (SIGTERM to the run alone, not its group) must not leave Prefect's server behind as an orphan."""
+    import psutil
+
+    env = make_home(tmp_path, models_dir)
+    home = Path(env["WHALE_HOME"])
+    log = tmp_path / "run.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "whale_core.cli", "run", "--run-id", "term", *_sets(["iterations=3"])],
+        env=env,
+        cwd=REPO,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.time() + 600
+    try:
+        while _legs_done(home / "whale.db") < 1:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.time() < deadline, "no leg finished within 10 minutes"
+            time.sleep(1)
+        servers = [c for c in psutil.Process(proc.pid).children(recursive=True) if "uvicorn" in " ".join(c.cmdline())]
+        assert servers, "no temporary Prefect server was running"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=300) == 128 + signal.SIGTERM
+        _, alive = psutil.wait_procs(servers, timeout=30)
+        assert not alive, f"orphaned Prefect server(s): {[p.pid for p in alive]}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert _legs_done(home / "whale.db") < 3  # stopped mid-run, the finished leg kept
