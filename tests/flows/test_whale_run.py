@@ -182,24 +182,36 @@ def _legs_done(db: Path) -> int:
         return 0
 
 
+def _run_until_a_leg_is_done(env: dict[str, str], log: Path, run_id: str, sets: list[str]) -> subprocess.Popen[bytes]:
+    """Start ``whale run`` in its own session (output to ``log``) and return once its first leg is done."""
+    db = Path(env["WHALE_HOME"]) / "whale.db"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "whale_core.cli", "run", "--run-id", run_id, *_sets(sets)],
+            env=env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.time() + 600
+    try:
+        while _legs_done(db) < 1:
+            assert proc.poll() is None, "the run ended early:\n" + log.read_text()[-3000:]
+            assert time.time() < deadline, "no leg finished within 10 minutes"
+            time.sleep(1)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return proc
+
+
 def test_sigkill_then_resume_finishes_with_cached_work(tmp_path: Path, models_dir: Path) -> None:
     env = make_home(tmp_path, models_dir)
     home = Path(env["WHALE_HOME"])
-    args = ["run", "--run-id", "crash", *_sets(["iterations=3", "weights.steps=40"])]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "whale_core.cli", *args],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.time() + 600
+    proc = _run_until_a_leg_is_done(env, tmp_path / "run.log", "crash", ["iterations=3", "weights.steps=40"])
     try:
-        while _legs_done(home / "whale.db") < 1:
-            assert proc.poll() is None, "the run ended before it could be killed"
-            assert time.time() < deadline, "no leg finished within 10 minutes"
-            time.sleep(1)
         time.sleep(3)  # into the weights leg
         assert proc.poll() is None
     finally:
@@ -232,21 +244,8 @@ def test_sigterm_stops_the_run_and_its_temporary_prefect_server(tmp_path: Path, 
 
     env = make_home(tmp_path, models_dir)
     home = Path(env["WHALE_HOME"])
-    log = tmp_path / "run.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "whale_core.cli", "run", "--run-id", "term", *_sets(["iterations=3"])],
-        env=env,
-        cwd=REPO,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    deadline = time.time() + 600
+    proc = _run_until_a_leg_is_done(env, tmp_path / "run.log", "term", ["iterations=3"])
     try:
-        while _legs_done(home / "whale.db") < 1:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.time() < deadline, "no leg finished within 10 minutes"
-            time.sleep(1)
         servers = [c for c in psutil.Process(proc.pid).children(recursive=True) if "uvicorn" in " ".join(c.cmdline())]
         assert servers, "no temporary Prefect server was running"
         proc.send_signal(signal.SIGTERM)
