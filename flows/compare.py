@@ -14,8 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, tags
+from prefect import flow
 
+from flows.common import heartbeats
 from flows.startup import prepare
 from flows.whale_run import seed_harness, whale_run
 from tasks import rollout_task
@@ -69,7 +70,8 @@ def _one_run(archive: Archive, variant: Variant, seed: int, run_cfg: WhaleConfig
             return outcome_from_run(archive, variant, seed, run_id, summary, source="archive")
     else:
         archive.create_run(run_id, run_cfg.mode, wanted, run_id=run_id)
-    state = whale_run.with_options(flow_run_name=run_id)(run_id, wanted, return_state=True)
+    with heartbeats():
+        state = whale_run(run_id, wanted, return_state=True)
     if state.is_completed():
         return outcome_from_run(archive, variant, seed, run_id, state.result())
     exc = state.result(raise_on_failure=False)
@@ -109,7 +111,8 @@ def _matrix(cfg: WhaleConfig, spec: CompareSpec, outcomes: list[RunOutcome], arc
     traces = str(out / "matrix-traces")
 
     def evaluate(model: MatrixModel, harness: MatrixHarness, problems: list[Any]) -> float:
-        res = rollout_task(
+        name = f"matrix-{model.label}-x-{harness.label}".replace("{", "{{").replace("}", "}}")
+        res = rollout_task.with_options(task_run_name=name)(
             model.policy, HarnessRef.of(harness.harness), suite_cfg, "test", len(problems), cfg.seed,
             cfg.rollout.batch_size, traces,
         )  # fmt: skip
@@ -117,8 +120,7 @@ def _matrix(cfg: WhaleConfig, spec: CompareSpec, outcomes: list[RunOutcome], arc
             raise CompareError(f"matrix cell {model.label} x {harness.label}: {res.n} != {len(problems)} problems")
         return float(res.score)
 
-    with tags("robustness-matrix"):
-        matrix = compute_matrix(models, cols, suite_of(suite_cfg), spec.matrix.test_problems, evaluate)
+    matrix = compute_matrix(models, cols, suite_of(suite_cfg), spec.matrix.test_problems, evaluate)
     (out / "robustness.json").write_text(json.dumps(matrix.__dict__, indent=1))
     (out / "harnesses").mkdir(exist_ok=True)
     for c in cols:
@@ -126,7 +128,7 @@ def _matrix(cfg: WhaleConfig, spec: CompareSpec, outcomes: list[RunOutcome], arc
     return matrix
 
 
-@flow(name="whale-compare", persist_result=True, validate_parameters=False)
+@flow(name="whale-compare", flow_run_name="compare-{compare_id}", persist_result=True, validate_parameters=False)
 def whale_compare(
     compare_id: str, config: dict[str, Any], spec: dict[str, Any], command: str = "", request: Any = None
 ) -> dict[str, Any]:
@@ -142,8 +144,7 @@ def whale_compare(
     for variant in plan_variants(sp.modes, sp.sweep_phase):
         for seed in sp.seeds:
             rid = run_id_for(compare_id, variant, seed)
-            with tags(f"compare:{compare_id}", f"variant:{variant.label}"):
-                outcomes.append(_one_run(archive, variant, seed, variant_config(cfg, variant, seed), rid))
+            outcomes.append(_one_run(archive, variant, seed, variant_config(cfg, variant, seed), rid))
     matrix: RobustnessMatrix | None = None
     matrix_error = None
     try:
@@ -237,6 +238,7 @@ def start_compare(
     """Entry point for the CLI: one Prefect flow run of `whale_compare` (an existing id resumes, `resolve_config`)."""
     base = resolve_config(compare_id, cfg, request)
     prepare(base)
-    return whale_compare(
-        check_compare_id(compare_id), base.model_dump(mode="json"), spec.model_dump(mode="json"), command, request
-    )
+    with heartbeats(top_level=True):
+        return whale_compare(
+            check_compare_id(compare_id), base.model_dump(mode="json"), spec.model_dump(mode="json"), command, request
+        )

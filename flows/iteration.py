@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, tags
+from prefect import flow
 
 from flows.common import IterState, ReplayArchive, RunHandles
 from tasks import grpo_update, plateau_check, propose_harness, rollout_task, score_harness
@@ -68,7 +68,7 @@ def _matching_done_leg(h: RunHandles, iteration: int, kind: str, state: IterStat
     return None
 
 
-@flow(name="block-ascent-iteration", persist_result=True)
+@flow(name="block-ascent-iteration", flow_run_name="{run_id}/iteration-{iteration}", persist_result=True)
 def block_ascent_iteration(
     run_id: str,
     config: dict[str, Any],
@@ -87,81 +87,78 @@ def block_ascent_iteration(
     bud = Budget.from_dict(budget)
     opts: dict[str, Any] = {"refresh_cache": True} if refresh else {}
     suite_cfg = cfg.suite.model_dump(mode="json")
-    with tags(f"iteration:{iteration}"):
-        decision = plateau_check.with_options(**opts)(
-            history, cfg.mode, cfg.schedule.model_dump(mode="json"), iteration
-        )
-        kind = decision.leg
-        done = None if refresh else _matching_done_leg(h, iteration, kind, state)
-        archive: Any = ReplayArchive(h.archive) if done is not None else h.archive
-        earlier = [leg for leg in h.archive.legs(run_id) if leg.iteration == iteration and leg.kind == kind]
-        for stale in earlier:
-            if stale.status == "running" or (refresh and stale.status == "done"):
-                h.archive.fail_leg(stale.id, "interrupted" if stale.status == "running" else "superseded by rerun")
-        as_of = min((leg.started for leg in earlier), default=None)
-        archive.add_decision(
-            run_id, iteration, "switch" if decision.switched else "continue", decision.reason, {"leg": kind}
-        )
-        leg = archive.start_leg(
-            run_id, iteration, kind, incumbent_harness_in=state.harness.sha, checkpoint_in=state.policy.checkpoint_id
-        )
-        child = h.lineage.ensure_leg(
-            h.mlflow_parent, run_id, iteration, kind, existing_mlflow_run_id=done.mlflow_run_id if done else None
-        )
-        if done is None:
-            h.archive.set_leg_mlflow_run(leg.id, child)
-        spent_before = bud.spent
-        try:
-            if kind == "weights":
-                population = _population(h, cfg, state, as_of or leg.started)
-                policy, harness, accepted = _weights_leg(
-                    h, cfg, iteration, state, base, bud, suite_cfg, opts, child, generation, population,
-                    replay=done is not None,
-                )  # fmt: skip
-            else:
-                policy, harness, accepted = _harness_leg(
-                    h, cfg, iteration, state, bud, suite_cfg, opts, child, archive, leg.id, as_of
-                )
-            if (policy, harness) == (state.policy, state.harness):
-                metric, eval_completions = state.metric, 0
-            else:
-                ev = rollout_task.with_options(**opts)(
-                    policy,
-                    harness,
-                    suite_cfg,
-                    "val",
-                    cfg.rollout.val_problems,
-                    cfg.seed,
-                    cfg.rollout.batch_size,
-                    str(h.run_dir / "traces"),
-                )
-                metric, eval_completions = ev.score, ev.completions
-                bud.charge(kind, min(eval_completions, bud.remaining(kind)))
-        except Exception as exc:
-            if done is None:
-                h.archive.fail_leg(leg.id, f"{type(exc).__name__}: {exc}", budget_used=bud.spent - spent_before)
-            h.lineage.end(child, "FAILED")
-            raise
-        used = bud.spent - spent_before
-        metrics = {
-            "val_score": metric,
-            "val_score_before": state.metric,
-            "budget_used": float(used),
-            "accepted": float(bool(accepted)) if kind == "harness" else -1.0,
-        }
-        if done is None:
-            archive.finish_leg(
-                leg.id,
-                budget_used=used,
-                incumbent_harness_out=harness.sha,
-                checkpoint_out=policy.checkpoint_id,
-                metrics=metrics,
+    decision = plateau_check.with_options(**opts)(history, cfg.mode, cfg.schedule.model_dump(mode="json"), iteration)
+    kind = decision.leg
+    done = None if refresh else _matching_done_leg(h, iteration, kind, state)
+    archive: Any = ReplayArchive(h.archive) if done is not None else h.archive
+    earlier = [leg for leg in h.archive.legs(run_id) if leg.iteration == iteration and leg.kind == kind]
+    for stale in earlier:
+        if stale.status == "running" or (refresh and stale.status == "done"):
+            h.archive.fail_leg(stale.id, "interrupted" if stale.status == "running" else "superseded by rerun")
+    as_of = min((leg.started for leg in earlier), default=None)
+    archive.add_decision(
+        run_id, iteration, "switch" if decision.switched else "continue", decision.reason, {"leg": kind}
+    )
+    leg = archive.start_leg(
+        run_id, iteration, kind, incumbent_harness_in=state.harness.sha, checkpoint_in=state.policy.checkpoint_id
+    )
+    child = h.lineage.ensure_leg(
+        h.mlflow_parent, run_id, iteration, kind, existing_mlflow_run_id=done.mlflow_run_id if done else None
+    )
+    if done is None:
+        h.archive.set_leg_mlflow_run(leg.id, child)
+    spent_before = bud.spent
+    try:
+        if kind == "weights":
+            population = _population(h, cfg, state, as_of or leg.started)
+            policy, harness, accepted = _weights_leg(
+                h, cfg, iteration, state, base, bud, suite_cfg, opts, child, generation, population,
+                replay=done is not None,
+            )  # fmt: skip
+        else:
+            policy, harness, accepted = _harness_leg(
+                h, cfg, iteration, state, bud, suite_cfg, opts, child, archive, leg.id, as_of
             )
-            h.lineage.log_metrics(child, metrics, step=iteration)
-            h.lineage.log_metrics(
-                h.mlflow_parent, {"val_score": metric, "rollouts": float(state.rollouts + used)}, step=iteration
+        if (policy, harness) == (state.policy, state.harness):
+            metric, eval_completions = state.metric, 0
+        else:
+            ev = rollout_task.with_options(**opts)(
+                policy,
+                harness,
+                suite_cfg,
+                "val",
+                cfg.rollout.val_problems,
+                cfg.seed,
+                cfg.rollout.batch_size,
+                str(h.run_dir / "traces"),
             )
-        h.lineage.end(child)
+            metric, eval_completions = ev.score, ev.completions
+            bud.charge(kind, min(eval_completions, bud.remaining(kind)))
+    except Exception as exc:
+        if done is None:
+            h.archive.fail_leg(leg.id, f"{type(exc).__name__}: {exc}", budget_used=bud.spent - spent_before)
+        h.lineage.end(child, "FAILED")
+        raise
+    used = bud.spent - spent_before
+    metrics = {
+        "val_score": metric,
+        "val_score_before": state.metric,
+        "budget_used": float(used),
+        "accepted": float(bool(accepted)) if kind == "harness" else -1.0,
+    }
+    if done is None:
+        archive.finish_leg(
+            leg.id,
+            budget_used=used,
+            incumbent_harness_out=harness.sha,
+            checkpoint_out=policy.checkpoint_id,
+            metrics=metrics,
+        )
+        h.lineage.log_metrics(child, metrics, step=iteration)
+        h.lineage.log_metrics(
+            h.mlflow_parent, {"val_score": metric, "rollouts": float(state.rollouts + used)}, step=iteration
+        )
+    h.lineage.end(child)
     outcome = LegOutcome(iteration, kind, metric, accepted if kind == "harness" else None, state.metric)
     new_state = IterState(policy, harness, metric, state.rollouts + used)
     return IterationResult(new_state, outcome, decision, bud.to_dict(), used, done is not None)
@@ -241,12 +238,20 @@ def _weights_leg(
             step=ckpt["step"],
         )
         h.archive.put_checkpoint(ckpt["id"], h.run_id, ckpt["path"], ckpt["harness_sha"], mlflow_model_id=model_id)
-        for s in out.steps:
-            h.lineage.log_metrics(
-                child,
-                {"reward": s["reward_mean"], "reward_std": s["reward_std"], "frac_zero_std": s["frac_zero_std_groups"]},
-                step=s["step"],
-            )
+        h.lineage.log_metric_history(
+            child,
+            [
+                (
+                    s["step"],
+                    {
+                        "reward": s["reward_mean"],
+                        "reward_std": s["reward_std"],
+                        "frac_zero_std": s["frac_zero_std_groups"],
+                    },
+                )
+                for s in out.steps
+            ],
+        )
     return out.policy, state.harness, False
 
 

@@ -123,6 +123,16 @@ def test_metrics_per_step(lin: Lineage) -> None:
     assert lin.client.get_run(run).data.metrics["budget/spent"] == 192.0
 
 
+def test_metric_history_of_a_whole_leg_in_batches(lin: Lineage) -> None:
+    run = lin.ensure_run("wr-history", "run-history", {})
+    rows = [(step, {"reward": step / 400, "reward_std": 0.5, "frac_zero_std": 0.0}) for step in range(1, 401)]
+    lin.log_metric_history(run, rows)  # 1,200 values: more than one log_batch of 1,000
+    history = lin.client.get_metric_history(run, "reward")
+    assert sorted((m.step, m.value) for m in history) == [(s, s / 400) for s in range(1, 401)]
+    assert len(lin.client.get_metric_history(run, "frac_zero_std")) == 400
+    assert lin.client.get_run(run).data.metrics["reward"] == 1.0  # the latest step's value
+
+
 def test_threads_log_to_their_own_runs(lin: Lineage) -> None:
     parent = lin.ensure_run("wr-threads", "run-threads", {})
     legs = [lin.ensure_leg(parent, "wr-threads", i, "harness") for i in range(4)]

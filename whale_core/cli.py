@@ -537,22 +537,11 @@ def compare_cmd(
     con.print(f"report: {summary['report']} ({time.perf_counter() - t0:.0f}s)")
 
 
-def _terminate(signum: int, frame: object) -> None:
-    """SIGTERM unwinds like an error instead of ending the process on the spot (Python's default).
-
-    So ``finally`` blocks and ``atexit`` hooks run: Prefect stops its temporary server (otherwise left running as an
-    orphan), the flow run is marked crashed and the archive keeps what finished, for ``whale resume``. A task still
-    running in a worker thread finishes first (Python joins those threads at exit); SIGKILL ends it at once.
-    """
-    raise SystemExit(128 + signum)
-
-
 def main() -> None:
-    """Console-script entry point."""
-    import signal
+    """Console-script entry point (SIGTERM and exit handling: `whale_core.process`)."""
+    from whale_core.process import run_cli
 
-    signal.signal(signal.SIGTERM, _terminate)
-    app()
+    run_cli(app)
 
 
 if __name__ == "__main__":

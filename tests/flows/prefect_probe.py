@@ -1,4 +1,5 @@
-"""Print, as JSON, every Prefect task run created at or after a given time: name, tags, state name.
+"""Print, as JSON, every Prefect task run created at or after a given time: name, tags, state name and the name of
+the flow run it ran in (``RUN_ID`` for a run's own tasks, ``RUN_ID/iteration-N`` inside an iteration).
 
 Run as a subprocess with the same PREFECT_HOME as the run under test (its own ephemeral server reads that DB)."""
 
@@ -15,6 +16,7 @@ async def _main(since: datetime) -> None:
     from prefect.client.schemas.sorting import TaskRunSort
 
     out = []
+    flow_names: dict[object, str] = {}
     async with get_client() as client:
         offset = 0
         while True:
@@ -23,7 +25,16 @@ async def _main(since: datetime) -> None:
                 break
             for tr in batch:
                 if tr.created is not None and tr.created >= since:
-                    out.append({"name": tr.name, "tags": sorted(tr.tags), "state": tr.state.name if tr.state else None})
+                    if tr.flow_run_id is not None and tr.flow_run_id not in flow_names:
+                        flow_names[tr.flow_run_id] = (await client.read_flow_run(tr.flow_run_id)).name
+                    out.append(
+                        {
+                            "name": tr.name,
+                            "tags": sorted(tr.tags),
+                            "state": tr.state.name if tr.state else None,
+                            "flow_run": flow_names.get(tr.flow_run_id, ""),
+                        }
+                    )
             offset += len(batch)
     print("PROBE" + json.dumps(out))
 
