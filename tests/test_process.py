@@ -37,6 +37,15 @@ def app():
     if mode == "sleep":
         (out / "ready").write_text("")
         time.sleep(60)
+    if mode == "finalizer":
+        class Slow:
+            def __del__(self):
+                (out / "ready").write_text("")
+                time.sleep(5)  # SIGTERM arrives here: Python ignores an exception raised in __del__
+        obj = Slow()
+        del obj
+        time.sleep(60)
+        print("finished as if never stopped")
 
 run_cli(app)
 """
@@ -78,9 +87,11 @@ def test_a_working_thread_is_waited_for(tmp_path: Path) -> None:
     assert (tmp_path / "atexit").read_text() == "ran"
 
 
-def test_sigterm_unwinds_with_status_143_and_runs_atexit_hooks(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["sleep", "finalizer"])
+def test_sigterm_unwinds_with_status_143_and_runs_atexit_hooks(tmp_path: Path, mode: str) -> None:
+    """Also when the signal lands inside a finalizer (``__del__``, a GC callback), where Python ignores exceptions."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, str(tmp_path), "sleep"],
+        [sys.executable, "-c", SCRIPT, str(tmp_path), mode],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -91,6 +102,9 @@ def test_sigterm_unwinds_with_status_143_and_runs_atexit_hooks(tmp_path: Path) -
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM, err
+    out, err = proc.communicate(timeout=50)  # less than the script's sleep: a lost stop request times out here
+    assert proc.returncode == 128 + signal.SIGTERM, out + err
+    assert "finished as if never stopped" not in out
+    if mode == "finalizer":
+        assert "delivering it again" in err
     assert (tmp_path / "atexit").read_text() == "ran"

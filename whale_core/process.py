@@ -4,6 +4,14 @@
   default), so ``finally`` blocks and ``atexit`` hooks run: Prefect stops its temporary server (otherwise left running
   as an orphan), the flow run is marked crashed and the archive keeps what finished, for ``whale resume``. A task
   still running in a worker thread finishes first (Python joins those threads at exit); SIGKILL ends it at once.
+  (Inside a flow run Prefect's own handler raises its ``TerminationSignal`` instead; same unwinding.)
+- **A stop request that lands in a finalizer is delivered again.** A signal handler's exception is raised wherever
+  the main thread happens to be; inside a garbage-collection callback or a ``__del__`` (frequent during GRPO)
+  Python prints "Exception ignored" and goes on, so the run silently finished instead of stopping (seen in the
+  SIGTERM test). `run_cli` installs a ``sys.unraisablehook`` that re-sends the signal to the process when the
+  ignored exception is such a stop request (``SystemExit`` from SIGTERM, Prefect's ``TerminationSignal``,
+  ``KeyboardInterrupt``); the handler then raises again, in ordinary code. The signal is sent from a timer thread
+  0.1 s later: raised inside the hook itself it would be ignored as well.
 - **Prompt exit.** After a command that loaded torch, Prefect and MLflow, the interpreter's teardown after the last
   ``atexit`` hook (freeing every module and native library state) took ~3 s on 2 cores with no Python frame running:
   pure waiting for the user. On success, `run_cli` does what Python's exit does first, in the same order — wait for
@@ -24,13 +32,40 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 __all__ = ["run_cli"]
 
 
 def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
+
+
+def _stop_signal(exc: BaseException | None) -> int | None:
+    """The signal behind a stop request raised by a signal handler, else None."""
+    if isinstance(exc, KeyboardInterrupt):
+        return int(signal.SIGINT)
+    if isinstance(exc, SystemExit) and exc.code == 128 + signal.SIGTERM:
+        return int(signal.SIGTERM)
+    sig = getattr(exc, "signal", None)  # Prefect's TerminationSignal (not imported here: whale_core is Prefect-free)
+    if isinstance(exc, BaseException) and not isinstance(exc, Exception) and isinstance(sig, int):
+        return sig
+    return None
+
+
+def _redeliver_ignored_stop(unraisable: Any) -> None:
+    sig = _stop_signal(unraisable.exc_value)
+    if sig is None:
+        _previous_unraisablehook(unraisable)
+        return
+    print(f"whale: a stop request (signal {sig}) landed in a finalizer; delivering it again", file=sys.stderr)
+    # not from here: the handler would raise inside this hook, whose exceptions Python ignores too
+    timer = threading.Timer(0.1, os.kill, (os.getpid(), sig))
+    timer.daemon = True
+    timer.start()
+
+
+_previous_unraisablehook = sys.unraisablehook
 
 
 def _exit_code(exc: SystemExit) -> int | None:
@@ -43,6 +78,7 @@ def _exit_code(exc: SystemExit) -> int | None:
 def run_cli(app: Callable[[], object]) -> NoReturn:
     """Run a console entry point with WHALE's process handling (see the module docstring)."""
     signal.signal(signal.SIGTERM, _terminate)
+    sys.unraisablehook = _redeliver_ignored_stop
     try:
         app()
         code: int | None = 0
