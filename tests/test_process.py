@@ -47,7 +47,12 @@ def app():
         time.sleep(60)
         print("finished as if never stopped")
 
-run_cli(app)
+if mode == "profiled":
+    sys.setprofile(lambda *args: None)  # as `python -m cProfile` or coverage would
+try:
+    run_cli(app)
+finally:
+    (out / "returned").write_text("")  # only on Python's normal exit path: os._exit skips it
 """
 
 
@@ -65,6 +70,7 @@ def _run(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
 def test_success_runs_atexit_hooks_and_flushes_output(tmp_path: Path) -> None:
     res = _run(tmp_path, "ok")
     assert res.returncode == 0, res.stderr
+    assert not (tmp_path / "returned").exists()  # the prompt exit was taken
     assert res.stdout == "output before exit\n"
     assert (tmp_path / "atexit").read_text() == "ran"
     assert (tmp_path / "thread-hook").read_text() == "False"  # ran, and before the atexit hooks
@@ -78,6 +84,13 @@ def test_failure_keeps_its_status_and_runs_atexit_hooks(tmp_path: Path, mode: st
     assert (tmp_path / "atexit").read_text() == "ran"
     if mode == "raise":
         assert "RuntimeError: boom" in res.stderr
+
+
+def test_under_a_profiler_the_normal_exit_is_taken(tmp_path: Path) -> None:
+    res = _run(tmp_path, "profiled")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "returned").exists()  # so cProfile or coverage can write their results
+    assert (tmp_path / "atexit").read_text() == "ran"
 
 
 def test_a_working_thread_is_waited_for(tmp_path: Path) -> None:

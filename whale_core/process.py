@@ -18,9 +18,10 @@
   non-daemon threads and run the thread-exit hooks (``threading._shutdown``: Prefect's log and event workers drain
   there, while its temporary server is still up), then the ``atexit`` hooks (the server's stop, logging's flush) —
   flushes stdout/stderr and ends the process with ``os._exit``, skipping only the teardown. Every other exit (an
-  error, Ctrl-C, SIGTERM) takes Python's normal path, as does any interpreter without those two hooks. Nothing WHALE
-  writes depends on the teardown: the archive, MLflow and Prefect commit per write (SQLite recovers an unclosed WAL
-  on the next open).
+  error, Ctrl-C, SIGTERM) takes Python's normal path, as does a process under a profiler or tracer (``python -m
+  cProfile``, coverage: they write their results after the program returns) and any interpreter without those
+  hooks. Nothing WHALE writes depends on the teardown: the archive, MLflow and Prefect commit per write (SQLite
+  recovers an unclosed WAL on the next open).
 """
 
 from __future__ import annotations
@@ -88,8 +89,8 @@ def run_cli(app: Callable[[], object]) -> NoReturn:
             raise
     shutdown_threads = getattr(threading, "_shutdown", None)
     run_exit_hooks = getattr(atexit, "_run_exitfuncs", None)
-    if shutdown_threads is None or run_exit_hooks is None:
-        sys.exit(code)
+    if shutdown_threads is None or run_exit_hooks is None or sys.getprofile() or sys.gettrace():
+        sys.exit(code)  # Python's own exit: also lets a profiler or coverage tool write its results
     shutdown_threads()
     run_exit_hooks()
     for stream in (sys.stdout, sys.stderr):
