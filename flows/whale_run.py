@@ -170,6 +170,12 @@ def whale_run(
         raise
 
 
+def _top_level_run(run_id: str, config: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """One flow run of `whale_run` as the process's top-level run (heartbeats only where a server watches them)."""
+    with heartbeats(top_level=True):
+        return whale_run(run_id, config, **kwargs)  # type: ignore[no-any-return]
+
+
 def new_run_id(cfg: WhaleConfig) -> str:
     return f"{cfg.mode}-s{cfg.seed}-{uuid.uuid4().hex[:8]}"
 
@@ -181,8 +187,7 @@ def start_run(cfg: WhaleConfig, run_id: str | None = None) -> dict[str, Any]:
     rid = run_id or new_run_id(cfg)
     Archive(cfg.tracking.archive_url).create_run(rid, cfg.mode, cfg.model_dump(mode="json"), run_id=rid)
     prepare(cfg)
-    with heartbeats(top_level=True):
-        return whale_run(rid, cfg.model_dump(mode="json"))
+    return _top_level_run(rid, cfg.model_dump(mode="json"))
 
 
 def resume_run(run_id: str, archive_url: str | None = None) -> dict[str, Any]:
@@ -192,8 +197,7 @@ def resume_run(run_id: str, archive_url: str | None = None) -> dict[str, Any]:
     stored = Archive(archive_url).get_run(run_id)
     # A finished run resumed is a fully cached re-run: nothing heavy to preload (see flows/startup.py).
     prepare(WhaleConfig.model_validate(stored.config), compute=stored.status != "finished")
-    with heartbeats(top_level=True):
-        return whale_run(run_id, stored.config)
+    return _top_level_run(run_id, stored.config)
 
 
 def rerun_iteration(run_id: str, iteration: int, archive_url: str | None = None) -> dict[str, Any]:
@@ -207,5 +211,4 @@ def rerun_iteration(run_id: str, iteration: int, archive_url: str | None = None)
         run_id, iteration, "rerun", f"rerun of iteration {iteration} requested", {"generation": generation}
     )
     prepare(WhaleConfig.model_validate(config))
-    with heartbeats(top_level=True):
-        return whale_run(run_id, config, rerun_from=iteration, generation=generation)
+    return _top_level_run(run_id, config, rerun_from=iteration, generation=generation)

@@ -69,28 +69,19 @@ def _redeliver_ignored_stop(unraisable: Any) -> None:
 _previous_unraisablehook = sys.unraisablehook
 
 
-def _exit_code(exc: SystemExit) -> int | None:
-    """The integer status of ``exc``; None for a message (Python prints it and exits 1: leave that to Python)."""
-    if exc.code is None:
-        return 0
-    return exc.code if isinstance(exc.code, int) else None
-
-
 def run_cli(app: Callable[[], object]) -> NoReturn:
     """Run a console entry point with WHALE's process handling (see the module docstring)."""
     signal.signal(signal.SIGTERM, _terminate)
     sys.unraisablehook = _redeliver_ignored_stop
     try:
         app()
-        code: int | None = 0
     except SystemExit as exc:
-        code = _exit_code(exc)
-        if code != 0:
-            raise
+        if exc.code not in (None, 0):
+            raise  # a failure (or a message to print) takes Python's normal exit
     shutdown_threads = getattr(threading, "_shutdown", None)
     run_exit_hooks = getattr(atexit, "_run_exitfuncs", None)
     if shutdown_threads is None or run_exit_hooks is None or sys.getprofile() or sys.gettrace():
-        sys.exit(code)  # Python's own exit: also lets a profiler or coverage tool write its results
+        sys.exit(0)  # Python's own exit: also lets a profiler or coverage tool write its results
     shutdown_threads()
     run_exit_hooks()
     for stream in (sys.stdout, sys.stderr):
