@@ -26,6 +26,12 @@ reported; the raw one is the user's experience, the equalized one what orchestra
     python benchmarks/orchestration_overhead.py --set iterations=2   # any `whale run` overrides
     python benchmarks/orchestration_overhead.py --server             # + the same against a running Prefect server
     python benchmarks/orchestration_overhead.py --warm-home          # databases migrated before (not a first run)
+    python benchmarks/orchestration_overhead.py --cold-cache         # no database templates (a machine's first run)
+
+Database templates (`whale_core.db_templates`): by default the timed run is a brand-new home on a machine that has
+run WHALE before, so its Prefect and MLflow databases start from the machine's migrated templates (made by the
+benchmark in a scratch home first, outside the timings, in its own ``WHALE_CACHE_DIR``). ``--cold-cache``: no
+templates, the run migrates both databases itself (and saves the templates), as on a machine's very first run.
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ def _env(home: Path, models: Path | None) -> dict[str, str]:
     if models is not None and not (home / "models").exists():
         (home / "models").symlink_to(models)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_TRACKING"))}
-    env.update(WHALE_HOME=str(home), PREFECT_HOME=str(home / "prefect"))
+    env.update(WHALE_HOME=str(home), PREFECT_HOME=str(home / "prefect"), WHALE_CACHE_DIR=str(home.parent / "cache"))
     return env
 
 
@@ -248,6 +254,12 @@ def main() -> None:
         help="create and migrate the home's Prefect and MLflow databases before the timed run (any run after a "
         "project's first); default: a brand-new home, which also pays those migrations",
     )
+    ap.add_argument(
+        "--cold-cache",
+        action="store_true",
+        help="no database templates: the timed run migrates its databases from scratch (a machine's first run); "
+        "default: templates made beforehand in a scratch home (a new project on a machine that has run WHALE)",
+    )
     ap.add_argument("--plain-legs", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.plain_legs is not None:
@@ -265,6 +277,8 @@ def main() -> None:
 
         model = load_config(None, args.set).model.name
         _timed([sys.executable, "-c", f"from whale_core.refs import PolicyRef; PolicyRef.base({model!r})"], env)
+        if not args.cold_cache:  # the machine's templates, made by another (scratch) home's start
+            _timed([sys.executable, "-c", WARM_UP], _env(Path(tmp) / "template-maker", None))
         if args.warm_home:
             _timed([sys.executable, "-c", WARM_UP], env)
         flow_run: dict[str, Any] = {}

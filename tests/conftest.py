@@ -1,7 +1,8 @@
 """Shared test set-up: an isolated project home and the offline environment, set before anything heavy imports.
 
 Tests use ``$WHALE_TEST_HOME`` (default ``<repo>/.whale-test``) as the project home so that the tiny model built once
-is reused by later test sessions on the same machine (its cache key is the recipe hash, so a changed recipe rebuilds).
+is reused by later test sessions on the same machine (its cache key is the recipe hash, so a changed recipe rebuilds),
+and ``<test home>/cache`` as the machine cache (``$WHALE_CACHE_DIR``: database templates).
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TEST_HOME = Path(os.environ.get("WHALE_TEST_HOME", REPO / ".whale-test")).resolve()
 os.environ["WHALE_HOME"] = str(TEST_HOME)
+# Database templates (whale_core.db_templates) go to the test home, not the user's ~/.cache: the session's first new
+# home migrates and saves them, every later one starts from a copy (tests/test_db_templates.py tests both paths).
+os.environ["WHALE_CACHE_DIR"] = str(TEST_HOME / "cache")
 
 from whale_core.env import setup_offline_env  # noqa: E402
 

@@ -135,7 +135,10 @@ class Lineage:
 
         self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or _default_uri()
         self.artifact_location = artifact_location or _default_artifact_location(self.tracking_uri)
+        fresh = _seed_store(self.tracking_uri)
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
+        if fresh is not None:
+            _save_template(fresh, self.client)
         self.experiment_id = self._ensure_experiment(experiment)
 
     def _ensure_experiment(self, name: str) -> str:
@@ -422,6 +425,49 @@ def _model_name(checkpoint_id: str) -> str:
 
 def _tags(tags: Mapping[str, Any]) -> dict[str, str]:
     return {_clean_key(k): str(v)[:_TAG_MAX] for k, v in tags.items()}
+
+
+def _sqlite_file(tracking_uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` tracking URI (None for any other store or an in-memory one)."""
+    if not tracking_uri.startswith("sqlite:///") or tracking_uri == "sqlite:///:memory:":
+        return None
+    return Path(tracking_uri[len("sqlite:///") :].split("?", 1)[0]).resolve()
+
+
+def _seed_store(tracking_uri: str) -> Path | None:
+    """A new SQLite store starts as a copy of the machine's migrated template (see `whale_core.db_templates`).
+
+    Returns the store's path when it is new and no template exists (the caller saves it as the template once MLflow
+    has migrated it), else None. Called before MLflow opens the store (opening creates the file).
+    """
+    path = _sqlite_file(tracking_uri)
+    if path is None or path.exists():
+        return None
+    import mlflow
+
+    from whale_core import db_templates
+
+    return None if db_templates.seed(path, "mlflow", mlflow.__version__) else path
+
+
+def _save_template(path: Path, client: Any) -> None:
+    """Save a new store, migrated and before anything of a run is written, as the machine's template.
+
+    MLflow's default experiment (id 0) records an absolute artifact path, so the template leaves it out and MLflow
+    creates it on open with each store's own path.
+    """
+    import mlflow
+
+    from whale_core import db_templates
+
+    client.get_experiment("0")  # the store's first use: MLflow migrates the new file and adds experiment 0
+    db_templates.save(
+        path,
+        "mlflow",
+        mlflow.__version__,
+        allowed={"alembic_version", "workspaces"},
+        scrub=lambda con: con.execute("DELETE FROM experiments WHERE experiment_id = 0"),
+    )
 
 
 def _default_uri() -> str:

@@ -117,3 +117,59 @@ def test_a_server_start_that_times_out_leaves_no_process_behind(
     for proc in started:
         assert proc.poll() is not None, "the timed-out server process is still running"
     assert SubprocessASGIServer._instances == {}  # the next start begins clean
+
+
+TEMPLATE_SCRIPT = """
+import json, logging, sys
+logging.basicConfig(level=logging.WARNING)
+logging.getLogger("whale.db_templates").setLevel(logging.DEBUG)
+from whale_core.env import setup_offline_env
+setup_offline_env()
+from flows.startup import prepare
+from whale_core.config import WhaleConfig
+from prefect import flow
+
+report = prepare(WhaleConfig(), compute=False)
+
+@flow(name="probe")
+def probe() -> int:
+    return 7
+
+print("RESULT" + json.dumps({"skipped": report.skipped, "value": probe.with_options(flow_run_name=sys.argv[1])()}))
+"""
+
+
+def test_a_new_home_starts_from_the_prefect_template_the_first_home_saved(tmp_path: Path, models_dir: Path) -> None:
+    """The first new home migrates Prefect's database and saves it (before any flow run) as the machine's template;
+    the next new home starts its temporary server on a copy, runs a flow, and sees nothing of the first home."""
+    import sqlite3
+
+    cache = tmp_path / "cache"
+    homes = []
+    for name in ("home1", "home2"):
+        (tmp_path / name).mkdir()
+        env = make_home(tmp_path / name, models_dir) | {"WHALE_CACHE_DIR": str(cache)}
+        out = subprocess.run([sys.executable, "-c", TEMPLATE_SCRIPT, f"run-of-{name}"], env=env, cwd=REPO,
+                             capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        res = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT"))[len("RESULT") :])
+        assert res == {"skipped": {}, "value": 7}
+        homes.append((Path(env["PREFECT_HOME"]) / "prefect.db", out.stderr))
+
+    (db1, log1), (db2, log2) = homes
+    templates = sorted(p.name for p in (cache / "db-templates").glob("*.db"))
+    assert [t.split("-")[0] for t in templates] == ["mlflow", "prefect"]
+    assert "as the database template" in log1 and "seeded from" not in log1
+    assert "seeded from" in log2 and "as the database template" not in log2
+
+    def query(path: Path, sql: str) -> list[tuple[object, ...]]:
+        with sqlite3.connect(path) as con:
+            return con.execute(sql).fetchall()
+
+    template = next((cache / "db-templates").glob("prefect-*.db"))
+    assert query(template, "SELECT count(*) FROM flow_run") == [(0,)]  # saved before the first home's run
+    assert query(template, "SELECT count(*) FROM block_type")[0][0] > 0  # Prefect's block registry came along
+    assert query(db1, "SELECT name FROM flow_run") == [("run-of-home1",)]
+    assert query(db2, "SELECT name FROM flow_run") == [("run-of-home2",)]  # nothing of home1
+    version = "SELECT version_num FROM alembic_version"
+    assert query(db2, version) == query(db1, version)
