@@ -60,22 +60,26 @@ def uses_temporary_server() -> bool:
     return not s.api.url and bool(s.server.ephemeral.enabled)
 
 
-def _start_server(out: dict[str, object], timeout: int | None = None) -> None:
+def _start_server(out: dict[str, object], timeout: int | None = None, seeded: bool = False) -> None:
     """Start Prefect's temporary server; on failure stop what was started, so Prefect's next start begins clean.
 
     Prefect 3.9's `SubprocessASGIServer.start` leaves the uvicorn process running when it times out (a slow start on
     a loaded machine): the next start would find that process answering on the same port and adopt it while
     tracking another, so the first one outlived the run (holding its parent's stdout open; measured here under load).
     ``timeout``: seconds to wait, default Prefect's ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`` (the CLI sets
-    120 in `whale_core.env`).
+    120 in `whale_core.env`). ``seeded``: the database is a copy of the machine's template, which holds the block
+    registry of this same Prefect and collections (its key), so the server skips registering block types again.
     """
     t0 = time.perf_counter()
     server = None
     try:
         from prefect.server.api.server import SubprocessASGIServer
+        from prefect.settings import temporary_settings
 
         server = SubprocessASGIServer()
-        server.start(timeout=timeout)
+        updates = {"server.register_blocks_on_start": False} if seeded else {}
+        with temporary_settings(updates=updates):  # the server process takes its settings from here
+            server.start(timeout=timeout)
     except Exception as exc:  # Prefect's own start on first use raises its own error
         out["error"] = exc
         if server is not None:
@@ -114,21 +118,23 @@ def _prefect_sqlite_file() -> Path | None:
     return Path(url.database).expanduser().resolve()
 
 
-def _seed_prefect_db() -> Path | None:
+def _seed_prefect_db() -> tuple[Path | None, bool]:
     """A new home's Prefect database starts as a copy of the machine's migrated template (see
     `whale_core.db_templates`): the temporary server's first start drops from 8–9 s to ~3.5 s on 2 cores.
 
-    Returns the database path when it is new and no template exists (saved as the template once the server has
-    migrated it), else None. Never raises.
+    Returns ``(path, False)`` when the database is new and no template exists (the caller saves it as the template
+    once the server has migrated it), ``(None, True)`` when it was seeded, else ``(None, False)``. Never raises.
     """
     try:
         path = _prefect_sqlite_file()
         if path is None or path.exists():
-            return None
-        return None if db_templates.seed(path, "prefect", _prefect_template_key()) else path
+            return None, False
+        if db_templates.seed(path, "prefect", _prefect_template_key()):
+            return None, True
+        return path, False
     except Exception as exc:  # only an optimization: Prefect creates the database as usual
         log.warning("no Prefect database template used: %s: %s", type(exc).__name__, exc)
-        return None
+        return None, False
 
 
 def _save_prefect_template(path: Path) -> None:
@@ -180,9 +186,11 @@ def prepare(cfg: WhaleConfig, compute: bool = True) -> StartupReport:
     except Exception as exc:
         temporary = False
         report.skipped["server"] = f"{type(exc).__name__}: {exc}"
-    fresh_db = _seed_prefect_db() if temporary else None
+    fresh_db, seeded = _seed_prefect_db() if temporary else (None, False)
     if temporary:
-        thread = threading.Thread(target=_start_server, args=(server,), name="whale-prefect-server", daemon=True)
+        thread = threading.Thread(
+            target=_start_server, args=(server, None, seeded), name="whale-prefect-server", daemon=True
+        )
         thread.start()
     for name, step in _preload_steps(cfg, overlap=thread is not None and compute):
         t0 = time.perf_counter()

@@ -70,7 +70,8 @@ def test_prepare_skips_what_fails_and_preloads_heavy_parts_only_while_a_server_b
     assert sorted(report.steps) == ["mlflow_store", "suite"]  # no server to overlap with: no torch, no policy
     assert report.skipped == {}
     monkeypatch.setattr("flows.startup.uses_temporary_server", lambda: True)
-    monkeypatch.setattr("flows.startup._start_server", lambda out: out.update(error=OSError("no port"), seconds=0.1))
+    failing = lambda out, *_: out.update(error=OSError("no port"), seconds=0.1)  # noqa: E731
+    monkeypatch.setattr("flows.startup._start_server", failing)
     with caplog.at_level("WARNING", logger="whale.startup"):
         report = prepare(cfg)
     assert "policy" in report.skipped and "nonexistent" in report.skipped["policy"]
@@ -84,7 +85,7 @@ def test_prepare_for_a_cached_rerun_preloads_nothing_heavy_even_while_a_server_b
 ) -> None:
     started: list[bool] = []
     monkeypatch.setattr("flows.startup.uses_temporary_server", lambda: True)
-    monkeypatch.setattr("flows.startup._start_server", lambda out: started.append(True) or out.update(seconds=0.2))
+    monkeypatch.setattr("flows.startup._start_server", lambda out, *_: started.append(True) or out.update(seconds=0.2))
     cfg = WhaleConfig.model_validate({"model": {"name": "/nonexistent/model-dir"}})
     report = prepare(cfg, compute=False)
     assert started == [True]  # the server still boots early
@@ -141,7 +142,8 @@ print("RESULT" + json.dumps({"skipped": report.skipped, "value": probe.with_opti
 
 def test_a_new_home_starts_from_the_prefect_template_the_first_home_saved(tmp_path: Path, models_dir: Path) -> None:
     """The first new home migrates Prefect's database and saves it (before any flow run) as the machine's template;
-    the next new home starts its temporary server on a copy, runs a flow, and sees nothing of the first home."""
+    the next new home starts its temporary server on a copy (no migrations, no block registration), runs a flow, and
+    sees nothing of the first home."""
     import sqlite3
 
     cache = tmp_path / "cache"
@@ -173,3 +175,7 @@ def test_a_new_home_starts_from_the_prefect_template_the_first_home_saved(tmp_pa
     assert query(db2, "SELECT name FROM flow_run") == [("run-of-home2",)]  # nothing of home1
     version = "SELECT version_num FROM alembic_version"
     assert query(db2, version) == query(db1, version)
+    # the copy carries the block registry of the same Prefect and collections: home2's server did not register again
+    # (registering rewrites every block type's `updated` time)
+    blocks = "SELECT name, slug, updated FROM block_type ORDER BY slug"
+    assert query(db2, blocks) == query(template, blocks) == query(db1, blocks)
