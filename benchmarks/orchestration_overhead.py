@@ -4,7 +4,9 @@ Three timings, each a fresh `python` process so imports and start-up are counted
 
 1. ``whale run`` (Prefect flows and tasks, ephemeral Prefect server, archive, MLflow lineage) in a fresh home;
 2. the same computation as a plain loop calling `whale_core` directly (no Prefect, no MLflow; archive kept because
-   the harness leg needs it), with the leg sequence the orchestrated run's scheduler chose;
+   the harness leg needs it), with the leg sequence the orchestrated run's scheduler chose and what the flow passes
+   to each leg: the weights leg's seed (``seed + 1000 * iteration``) and completion cap (the budget left minus the
+   val reserve), the budget charges, the traces each evaluation writes;
 3. ``whale resume`` of the finished run: every task comes back Cached.
 
 With ``--server``, also 1 and 3 again in another fresh home against a Prefect server that is already running
@@ -196,27 +198,41 @@ def plain(overrides: list[str], legs: list[str]) -> None:
     run = archive.create_run("plain", cfg.mode, {})
     budget = Budget.from_config(cfg.budget)
     phases.append(("start-up (in-process)", time.perf_counter() - t_start))
+
+    def evaluate(policy: Any, harness: Harness, problems: list[Any], split: str, name: str) -> int:
+        # as `tasks.rollout_task`: the rollout, then its traces written as JSONL
+        res = rollout(policy, harness, suite, problems, batch_size=cfg.rollout.batch_size, seed=cfg.seed, split=split)
+        res.write_jsonl(whale_home() / "plain" / "traces" / f"{name}.jsonl")
+        return res.completions
+
     with phase("initial val"):
-        rollout(policy, harness, suite, val, batch_size=cfg.rollout.batch_size, seed=cfg.seed)
+        budget.charge("eval", evaluate(policy, harness, val, "val", "init"))
     parent = None
     for i, leg in enumerate(legs):
         out = whale_home() / "plain" / f"iter-{i}"
         if leg == "weights":
+            # as `flows.iteration` + `tasks.grpo_update`: the leg's seed, its completion cap (the val reserve kept)
+            cap = budget.remaining("weights") - cfg.rollout.val_problems
+            if cap <= 0:
+                continue
+            wcfg = cfg.weights.model_copy(update={"seed": cfg.seed + 1000 * i})
             with phase(f"iteration {i}: weights leg"):
                 res = train_weights_leg(
                     base.load(trainable=True),
                     harness,
                     suite,
-                    cfg.weights,
+                    wcfg,
                     out_dir=out,
-                    max_completions=budget.remaining("weights"),
+                    max_completions=cap,
                     parent_checkpoint=parent,
                 )
+            budget.charge("weights", min(res.completions, budget.remaining("weights")))
             parent = res.checkpoint
             policy_ref = PolicyRef.of_checkpoint(base, res.checkpoint)
             with phase(f"iteration {i}: val"):
                 policy = policy_ref.load()
-                rollout(policy, harness, suite, val, batch_size=cfg.rollout.batch_size, seed=cfg.seed)
+                spent = evaluate(policy, harness, val, "val", f"iter-{i}")
+                budget.charge("weights", min(spent, budget.remaining("weights")))
         else:
             with phase(f"iteration {i}: harness leg"):
                 hl = run_harness_leg(
@@ -237,10 +253,11 @@ def plain(overrides: list[str], legs: list[str]) -> None:
             harness = hl.incumbent_out
             if hl.accepted:
                 with phase(f"iteration {i}: val"):
-                    rollout(policy, harness, suite, val, batch_size=cfg.rollout.batch_size, seed=cfg.seed)
+                    spent = evaluate(policy, harness, val, "val", f"iter-{i}")
+                    budget.charge("harness", min(spent, budget.remaining("harness")))
     with phase("final test"):
-        rollout(base.load(), Harness.from_text(suite.seed_harness), suite, test, batch_size=cfg.rollout.batch_size)
-        rollout(policy, harness, suite, test, batch_size=cfg.rollout.batch_size)
+        evaluate(base.load(), Harness.from_text(suite.seed_harness), test, "test", "test-initial")
+        evaluate(policy, harness, test, "test", "test-final")
     print(json.dumps({"phases": phases}))
 
 
