@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flows import sqlite_retry
 from whale_core import db_templates
 from whale_core.config import WhaleConfig
 
@@ -178,6 +179,7 @@ def prepare(cfg: WhaleConfig, compute: bool = True) -> StartupReport:
     ``compute=False``: the run is expected to come back from Prefect's cache (a finished run resumed), so the heavy
     parts (torch and friends, the base policy) are not preloaded; a task that does compute loads them itself.
     """
+    sqlite_retry.install()
     report = StartupReport()
     server: dict[str, object] = {}
     thread = None

@@ -20,6 +20,7 @@ from typing import Any
 
 from prefect import flow
 
+from flows import sqlite_retry
 from flows.common import IterState, RunHandles, heartbeats
 from flows.iteration import block_ascent_iteration
 from flows.startup import prepare
@@ -68,6 +69,7 @@ def seed_harness(cfg: WhaleConfig) -> Harness:
 def whale_run(
     run_id: str, config: dict[str, Any], rerun_from: int | None = None, generation: int = 0
 ) -> dict[str, Any]:
+    sqlite_retry.install()  # also where a worker runs this flow without `prepare` (deployments)
     cfg = WhaleConfig.model_validate(config)
     h = RunHandles.open(run_id, cfg)
     h.archive.update_run(run_id, status="running")
