@@ -13,9 +13,9 @@ from whale_core.lineage import (
     flatten_params,
     is_secret_key,
     leg_run_name,
-    metric_curve_figure,
     parse_harness_artifact,
 )
+from whale_core.report import metric_curve_figure
 
 SHA_A = "a" * 64
 SHA_B = "b" * 64

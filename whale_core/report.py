@@ -7,11 +7,15 @@ from the seed to the final incumbent, and the metric-over-rollouts figure with l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whale_core.archive import Archive
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,6 @@ def write_report(
     budget: dict[str, Any],
 ) -> tuple[Path, Path]:
     """Write ``report.md`` and ``metric_curve.png`` into ``out_dir``; return both paths."""
-    from whale_core.lineage import metric_curve_figure
 
     run = archive.get_run(run_id)
     points, bounds = curve_points(archive, run_id, initial_metric)
@@ -96,3 +99,51 @@ def write_report(
     md = out_dir / "report.md"
     md.write_text("\n".join(lines))
     return md, png
+
+
+def metric_curve_figure(
+    points: Sequence[tuple[float, float]],
+    boundaries: Sequence[tuple[float, str]],
+    *,
+    metric: str = "val metric",
+    title: str | None = None,
+) -> Figure:
+    """The metric over rollouts spent, with a dashed vertical line where each leg starts, labeled by its kind.
+
+    ``points``: (rollouts spent, metric value); ``boundaries``: (rollouts spent when the leg started, ``"weights"``
+    or ``"harness"``). Uses the Agg canvas directly (no pyplot state, safe in worker threads).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    if points:
+        xs, ys = zip(*sorted(points), strict=True)
+        ax.plot(xs, ys, marker="o", color="black", linewidth=1.5, markersize=3, label=metric)
+    colors = {"weights": "tab:blue", "harness": "tab:orange"}
+    seen: set[str] = set()
+    for x, kind in boundaries:
+        color = colors.get(kind, "tab:gray")
+        ax.axvline(x, color=color, linestyle="--", linewidth=1, label=f"{kind} leg" if kind not in seen else None)
+        ax.annotate(
+            kind,
+            (x, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, -12),
+            textcoords="offset points",
+            fontsize=8,
+            color=color,
+            rotation=90,
+            va="top",
+        )
+        seen.add(kind)
+    ax.set_xlabel("rollouts spent (completions)")
+    ax.set_ylabel(metric)
+    ax.set_title(title or f"{metric} over rollouts spent")
+    ax.grid(alpha=0.3)
+    if points or boundaries:
+        ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig
