@@ -479,6 +479,7 @@ def _default_artifact_location(tracking_uri: str) -> str | None:
     ``$WHALE_HOME/mlartifacts``; a tracking server decides for itself (None)."""
     if tracking_uri.startswith(("http://", "https://", "databricks")):
         return None
-    if tracking_uri.startswith("sqlite:///") and tracking_uri != "sqlite:///:memory:":
-        return (Path(tracking_uri[len("sqlite:///") :]).resolve().parent / "mlartifacts").as_uri()
+    store = _sqlite_file(tracking_uri)
+    if store is not None:
+        return (store.parent / "mlartifacts").as_uri()
     return (whale_home() / "mlartifacts").as_uri()

@@ -39,7 +39,7 @@ class Flaky:
                 self.wfile.write(body)
 
             def log_message(self, *args: Any) -> None:
-                pass
+                """Quiet: http.server would print every request to stderr."""
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
