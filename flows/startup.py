@@ -1,28 +1,29 @@
-"""Start-up overlap: Prefect's temporary server boots while the process loads what the run's first tasks need.
+"""Start-up overlap: the temporary Prefect server boots while the process loads what the run's first tasks need.
 
-In the embedded default (no ``PREFECT_API_URL``) the first Prefect call starts a temporary API server in a subprocess
-and waits for it: 7–14 s on a 2-core machine (imports, database migrations on a fresh ``PREFECT_HOME``), during which
-the run process sits idle. `prepare` starts that same server (Prefect's own `SubprocessASGIServer` singleton, which
-`get_client` then reuses) in a thread and meanwhile does, in the main thread, work the run does anyway: the heavy
-imports the tasks make (torch, transformers, TRL, PEFT), loading the base policy into the per-process policy cache,
-building the suite, and opening the MLflow store (its migrations on a fresh store).
+In the embedded default (no Prefect server configured) a run needs a temporary API server in a subprocess, 7–18 s
+to start on a 2-core machine (imports, database migrations on a fresh ``PREFECT_HOME``). The `whale` commands start
+WHALE's (`flows.prefect_server`) right after ``import prefect``, before importing the flows; `prepare` starts it if
+they did not (a caller of the Python API), and where it cannot be used starts Prefect's own (`SubprocessASGIServer`,
+which `get_client` then reuses) in a thread. Either way `prepare` meanwhile does, in the main thread, work the run
+does anyway: the heavy imports the tasks make (torch, transformers, TRL, PEFT), loading the base policy into the
+per-process policy cache, building the suite, and opening the MLflow store (its migrations on a fresh store), then
+waits for the server.
 
-Without a temporary server (``PREFECT_API_URL`` set) there is nothing to overlap with: only the steps every run needs
+Without a temporary server (a server configured) there is nothing to overlap with: only the steps every run needs
 before its first task (the suite, the MLflow store) run; the heavy imports and the policy are left to the tasks, so
 a fully cached ``whale resume`` against a running server never imports torch. The same holds with a temporary server
 when the caller says the run will come from the cache (``compute=False``: ``whale resume`` of a run the archive
 records as finished): a fully cached run needs neither torch nor the policy, and on 2 cores importing them would
 only slow the server's own start.
 
-A new home's Prefect database starts as a copy of the machine's migrated template (`whale_core.db_templates`): the
-server's first start then skips the migrations and the block registration's inserts (measured here: 9.2 s → 3.8–4.6 s
-for the start alone). The first new home on a machine migrates as before and, once its server is up and before any
-run is written, saves its database as that template.
+A new home's Prefect database starts as a copy of the machine's migrated template (`flows.prefect_server`,
+`whale_core.db_templates`): the server's first start then skips the migrations and the block registration's inserts
+(measured: 9.2 s → 3.8–4.6 s for the start alone). The first new home on a machine migrates as before and, once its
+server is up and before any run is written, saves its database as that template.
 
 Only an optimization: nothing here changes what a run computes. A preload step that fails is logged and skipped (the
-task that needs it fails later with its own error, retries and records); a server that fails to start here is left
-to Prefect's own start, which raises its own error. With ``PREFECT_API_URL`` set there is no temporary server and
-only the preload runs.
+task that needs it fails later with its own error, retries and records); Prefect's server failing to start here is
+left to Prefect's own start, which raises its own error; WHALE's failing to start raises here (see `prepare`).
 """
 
 from __future__ import annotations
@@ -32,10 +33,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from flows import sqlite_retry
-from whale_core import db_templates
+from flows import prefect_server, sqlite_retry
 from whale_core.config import WhaleConfig
 
 log = logging.getLogger("whale.startup")
@@ -54,7 +53,10 @@ class StartupReport:
 
 
 def uses_temporary_server() -> bool:
-    """True when Prefect would start its temporary (ephemeral) server: no API URL is configured."""
+    """True when this process runs against a temporary server: WHALE's (`flows.prefect_server`) or the one Prefect
+    would start itself (no API URL configured)."""
+    if prefect_server.current() is not None:
+        return True
     from prefect.settings import get_current_settings
 
     s = get_current_settings()
@@ -91,60 +93,6 @@ def _start_server(out: dict[str, object], timeout: int | None = None, seeded: bo
     out["seconds"] = time.perf_counter() - t0
 
 
-# Tables a freshly started Prefect server fills by itself: the schema version and its block registry.
-_PREFECT_TEMPLATE_TABLES = {"alembic_version", "block_type", "block_schema", "block_schema_reference"}
-
-
-def _prefect_template_key() -> str:
-    """Prefect's version and its installed collections (they add block types to a new database)."""
-    from importlib.metadata import entry_points
-
-    import prefect
-
-    collections = sorted(
-        f"{e.name}={e.dist.version if e.dist else '?'}" for e in entry_points(group="prefect.collections")
-    )
-    return "+".join([prefect.__version__, *collections])
-
-
-def _prefect_sqlite_file() -> Path | None:
-    """The temporary server's SQLite database file (None for Postgres or an in-memory database)."""
-    from prefect.settings import get_current_settings
-    from sqlalchemy.engine import make_url
-
-    secret = get_current_settings().server.database.connection_url
-    url = make_url(secret.get_secret_value()) if secret is not None else None
-    if url is None or not url.drivername.startswith("sqlite") or url.database in (None, "", ":memory:"):
-        return None
-    return Path(url.database).expanduser().resolve()
-
-
-def _seed_prefect_db() -> tuple[Path | None, bool]:
-    """A new home's Prefect database starts as a copy of the machine's migrated template (see
-    `whale_core.db_templates`): the temporary server's first start drops from 8–9 s to ~3.5 s on 2 cores.
-
-    Returns ``(path, False)`` when the database is new and no template exists (the caller saves it as the template
-    once the server has migrated it), ``(None, True)`` when it was seeded, else ``(None, False)``. Never raises.
-    """
-    try:
-        path = _prefect_sqlite_file()
-        if path is None or path.exists():
-            return None, False
-        if db_templates.seed(path, "prefect", _prefect_template_key()):
-            return None, True
-        return path, False
-    except Exception as exc:  # only an optimization: Prefect creates the database as usual
-        log.warning("no Prefect database template used: %s: %s", type(exc).__name__, exc)
-        return None, False
-
-
-def _save_prefect_template(path: Path) -> None:
-    try:
-        db_templates.save(path, "prefect", _prefect_template_key(), allowed=_PREFECT_TEMPLATE_TABLES)
-    except Exception as exc:  # pragma: no cover - save itself never raises; the key's imports are loaded already
-        log.warning("no Prefect database template saved: %s: %s", type(exc).__name__, exc)
-
-
 def _preload_steps(cfg: WhaleConfig, overlap: bool) -> list[tuple[str, Callable[[], object]]]:
     """The steps to run now: all of them when ``overlap`` (a temporary server boots and the run will compute), else
     only what any run needs first."""
@@ -174,27 +122,35 @@ def _preload_steps(cfg: WhaleConfig, overlap: bool) -> list[tuple[str, Callable[
 
 
 def prepare(cfg: WhaleConfig, compute: bool = True) -> StartupReport:
-    """Boot Prefect's temporary server (if one is used) while preloading; returns what it did. Never raises.
+    """Boot Prefect's temporary server (if one is used) while preloading; returns what it did.
 
     ``compute=False``: the run is expected to come back from Prefect's cache (a finished run resumed), so the heavy
     parts (torch and friends, the base policy) are not preloaded; a task that does compute loads them itself.
+    The server is WHALE's own (`flows.prefect_server`; the commands start it before importing the flows, else it is
+    started here) or, where that one cannot be used, Prefect's, started here in a thread. Never raises, except when
+    WHALE's server does not come up (ServerStartError quoting its log): this process's Prefect settings point at it,
+    so the run could not report anything.
     """
     sqlite_retry.install()
     report = StartupReport()
+    early = prefect_server.current()
     server: dict[str, object] = {}
     thread = None
     try:
-        temporary = uses_temporary_server()
+        temporary = early is None and uses_temporary_server()
     except Exception as exc:
         temporary = False
         report.skipped["server"] = f"{type(exc).__name__}: {exc}"
-    fresh_db, seeded = _seed_prefect_db() if temporary else (None, False)
-    if temporary:
+    if temporary:  # the command did not start WHALE's server before importing the flows: start it now
+        early = prefect_server.start()
+        temporary = early is None
+    fresh_db, seeded = prefect_server.seed_prefect_db() if temporary else (None, False)
+    if temporary:  # WHALE's could not be used (see flows/prefect_server.py): Prefect's own, in a thread
         thread = threading.Thread(
             target=_start_server, args=(server, None, seeded), name="whale-prefect-server", daemon=True
         )
         thread.start()
-    for name, step in _preload_steps(cfg, overlap=thread is not None and compute):
+    for name, step in _preload_steps(cfg, overlap=(thread is not None or early is not None) and compute):
         t0 = time.perf_counter()
         try:
             step()
@@ -202,15 +158,21 @@ def prepare(cfg: WhaleConfig, compute: bool = True) -> StartupReport:
             report.skipped[name] = f"{type(exc).__name__}: {exc}"
             log.warning("start-up preload %s skipped: %s", name, report.skipped[name])
         report.steps[name] = time.perf_counter() - t0
-    if thread is not None:
-        t0 = time.perf_counter()
+    t0 = time.perf_counter()
+    if early is not None:
+        from prefect.settings import get_current_settings
+
+        report.server_seconds = early.wait(get_current_settings().server.ephemeral.startup_timeout_seconds)
+        fresh_db = early.fresh_db
+    elif thread is not None:
         thread.join()
-        report.waited_seconds = time.perf_counter() - t0
         report.server_seconds = float(server.get("seconds", 0.0))  # type: ignore[arg-type]
         if "error" in server:
             report.skipped["server"] = f"{type(server['error']).__name__}: {server['error']}"
             log.warning("Prefect's temporary server did not start early: %s", report.skipped["server"])
-        elif fresh_db is not None:  # migrated by the server just now, nothing of a run written yet
-            _save_prefect_template(fresh_db)
+            fresh_db = None
+    report.waited_seconds = time.perf_counter() - t0
+    if fresh_db is not None:  # migrated by the server just now, nothing of a run written yet
+        prefect_server.save_prefect_template(fresh_db)
     log.debug("start-up: %s", report)
     return report

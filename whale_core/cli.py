@@ -97,6 +97,14 @@ def _progress_rollout(
         )
 
 
+def _start_prefect_server() -> None:
+    """Start the temporary Prefect server (when no server is configured) now, before anything imports Prefect, so
+    that it boots while the command imports and preloads (see flows/prefect_server.py)."""
+    from flows.prefect_server import start
+
+    start()
+
+
 def _run_dir(kind: str) -> Path:
     from whale_core.env import whale_home
 
@@ -106,18 +114,20 @@ def _run_dir(kind: str) -> Path:
 
 
 def _guard(fn: Any) -> Any:
-    """Turn WHALE's expected errors (bad harness, config, suite, model path) into a clean message + exit code 2."""
+    """Turn WHALE's expected errors (bad harness, config, suite, model path, a temporary Prefect server that did not
+    come up) into a clean message + exit code 2."""
     import functools
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from flows.prefect_server import ServerStartError
         from whale_core.config import ConfigError
         from whale_core.harness import HarnessError
         from whale_core.suites import SuiteError
 
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, HarnessError, SuiteError, FileNotFoundError) as exc:
+        except (ConfigError, HarnessError, SuiteError, FileNotFoundError, ServerStartError) as exc:
             _fail(str(exc))
 
     return wrapper
@@ -346,6 +356,7 @@ def run_cmd(
 
     overrides = list(set_ or []) + ([f"mode={mode}"] if mode else [])
     cfg = load_config(config, overrides)
+    _start_prefect_server()
     from flows.whale_run import start_run
 
     _console().print(
@@ -360,6 +371,7 @@ def run_cmd(
 def resume_cmd(run: Annotated[str, typer.Argument(help="run id (see `whale runs`)")]) -> None:
     """Continue a stopped or crashed run: completed tasks come back Cached; MLflow runs are re-attached."""
     setup_offline_env()
+    _start_prefect_server()
     from flows.whale_run import resume_run
 
     _print_summary(resume_run(run))
@@ -373,6 +385,7 @@ def rerun_cmd(
 ) -> None:
     """Recompute one iteration's leg (e.g. after a failure or a fix) and whatever depends on it; nothing else."""
     setup_offline_env()
+    _start_prefect_server()
     from flows.whale_run import rerun_iteration
 
     _print_summary(rerun_iteration(run, iteration))
@@ -506,6 +519,7 @@ def compare_cmd(
     command = shlex.join(["whale", *sys.argv[1:]]) if sys.argv[1:2] == ["compare"] else ""
     if command and "--id" not in sys.argv:
         command += f" --id {cid}"
+    _start_prefect_server()
     from flows.compare import start_compare
 
     con = _console()

@@ -1,4 +1,4 @@
-"""`flows.startup.prepare`: Prefect's temporary server boots during the preload and is the one the run then uses."""
+"""`flows.startup.prepare`: the temporary Prefect server boots during the preload and is the one the run then uses."""
 
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ from flows.startup import _start_server, prepare
 from whale_core.config import WhaleConfig
 
 SCRIPT = """
-import json
+import json, sys
 from whale_core.env import setup_offline_env
 setup_offline_env()  # as the CLI does before anything imports Prefect (its start-up timeout among them)
+from flows import prefect_server
+if sys.argv[1] == "early":
+    prefect_server.start()  # as the `whale` commands do, before importing the flows
 from flows.startup import prepare
 from whale_core.config import WhaleConfig
 from whale_core.refs import PolicyRef, load_cached
-from prefect.server.api.server import SubprocessASGIServer
 from prefect.client.orchestration import get_client
 
 cfg = WhaleConfig()
@@ -28,23 +30,34 @@ report = prepare(cfg)
 preloaded = load_cached(PolicyRef.base(cfg.model.name, cfg.model.device))
 client = get_client(sync_client=True)
 health = client.api_healthcheck()
+server = prefect_server.current()
 print("RESULT" + json.dumps({
     "server_seconds": report.server_seconds,
     "steps": sorted(report.steps),
     "skipped": report.skipped,
-    "servers": len(SubprocessASGIServer._instances),
     "client_url": str(client.api_url).rstrip("/"),
-    "server_url": SubprocessASGIServer().api_url.rstrip("/"),
+    "server_url": server.api_url if server else None,
+    "server_alive": server is not None and server.process.poll() is None,
+    "prefects_own_server_imported": "prefect.server.api.server" in sys.modules,
     "health_error": None if health is None else str(health),
     "policy_reused": preloaded is load_cached(PolicyRef.base(cfg.model.name, cfg.model.device)),
 }))
 """
 
 
-def test_prepare_starts_the_server_the_run_then_uses(tmp_path: Path, models_dir: Path) -> None:
-    env = make_home(tmp_path, models_dir)  # fresh PREFECT_HOME, no PREFECT_API_URL: Prefect's temporary server
+@pytest.mark.parametrize("when", ["early", "in_prepare"])
+def test_prepare_waits_for_whales_server_which_the_run_then_uses(tmp_path: Path, models_dir: Path, when: str) -> None:
+    """Started by the command before the flows are imported ("early", the CLI) or by `prepare` itself (the Python
+    API): the process's Prefect client talks to that server and never imports Prefect's server package."""
+    env = make_home(tmp_path, models_dir)  # fresh PREFECT_HOME, no PREFECT_API_URL: a temporary server is needed
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", SCRIPT, when],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT"))
@@ -52,11 +65,13 @@ def test_prepare_starts_the_server_the_run_then_uses(tmp_path: Path, models_dir:
     assert res["skipped"] == {}
     assert res["steps"] == ["imports", "mlflow_store", "policy", "suite"]
     assert res["server_seconds"] is not None and res["server_seconds"] > 0
-    assert res["servers"] == 1  # get_client reused the server prepare started instead of starting a second one
+    assert res["server_alive"] is True
     assert res["client_url"] == res["server_url"]
+    assert res["prefects_own_server_imported"] is False  # 3.7 s of CPU and ~90 MB the run process no longer pays
     assert res["health_error"] is None
     assert res["policy_reused"] is True
     assert (Path(env["WHALE_HOME"]) / "mlflow.db").is_file()  # the MLflow store was opened (migrated) up front
+    assert (Path(env["PREFECT_HOME"]) / "temporary-server.log").is_file()
 
 
 def test_prepare_skips_what_fails_and_preloads_heavy_parts_only_while_a_server_boots(
@@ -70,6 +85,7 @@ def test_prepare_skips_what_fails_and_preloads_heavy_parts_only_while_a_server_b
     assert sorted(report.steps) == ["mlflow_store", "suite"]  # no server to overlap with: no torch, no policy
     assert report.skipped == {}
     monkeypatch.setattr("flows.startup.uses_temporary_server", lambda: True)
+    monkeypatch.setattr("flows.prefect_server.start", lambda: None)  # WHALE's unusable here: Prefect's own
     failing = lambda out, *_: out.update(error=OSError("no port"), seconds=0.1)  # noqa: E731
     monkeypatch.setattr("flows.startup._start_server", failing)
     with caplog.at_level("WARNING", logger="whale.startup"):
@@ -85,6 +101,7 @@ def test_prepare_for_a_cached_rerun_preloads_nothing_heavy_even_while_a_server_b
 ) -> None:
     started: list[bool] = []
     monkeypatch.setattr("flows.startup.uses_temporary_server", lambda: True)
+    monkeypatch.setattr("flows.prefect_server.start", lambda: None)
     monkeypatch.setattr("flows.startup._start_server", lambda out, *_: started.append(True) or out.update(seconds=0.2))
     cfg = WhaleConfig.model_validate({"model": {"name": "/nonexistent/model-dir"}})
     report = prepare(cfg, compute=False)

@@ -1,0 +1,271 @@
+"""The temporary Prefect API server of a run that has no server configured, started by WHALE as early as it can.
+
+With no API URL configured, Prefect starts a temporary server itself on its first API call (its
+`SubprocessASGIServer`: uvicorn in a subprocess serving ``prefect.server.api.server:create_app``). Two costs of that
+on a 2-core machine, measured for a `whale` command: the server only starts once the command has imported its flows
+and reached its first API call, and the command's own process imports the whole server package just to get that
+class (``prefect.server.api.server``: 3.7 s of CPU beyond ``import prefect`` and ~90 MB, in a process that only ever
+talks HTTP to it), on the same two cores where the server process imports the same package.
+
+`start` spawns the same server process (same module and factory; ``PREFECT__SERVER_EPHEMERAL`` mode: no UI, the
+ephemeral set of services; settings from the same profile and environment, as Prefect passes them) right after
+``import prefect``, then points this process at it: ``PREFECT_API_URL`` in the environment (child processes, e.g. a
+Dask cluster's workers, reach the same server) and Prefect's own `refresh_global_settings_context`. Prefect in the
+command's process is then a plain client of a server that boots while the command imports and preloads
+(`flows.startup.prepare` waits for it). Differences from Prefect's own, all deliberate:
+
+- the server dies with the process that started it (Linux ``PR_SET_PDEATHSIG``): Prefect's outlives a ``SIGKILL``ed
+  run (measured: it kept the killed run's stdout open);
+- its output goes to ``$PREFECT_HOME/temporary-server.log`` (not the command's terminal); a start that fails raises
+  `ServerStartError` quoting it;
+- a new home's database starts as a copy of the machine's migrated template (`whale_core.db_templates`) and then
+  skips the block registration the template already holds; the first new home saves the template.
+
+`start` does nothing (returns None) when a server is configured, when the settings turn the temporary server off,
+when Prefect already started its own in this process, or when the change would not reach Prefect's settings (a
+``temporary_settings`` block is active): Prefect's own temporary server is then used as before. Only where the same
+server runs changes; nothing a run computes does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from importlib.util import find_spec
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from whale_core import db_templates
+
+if TYPE_CHECKING:
+    from prefect.settings import Settings
+
+log = logging.getLogger("whale.prefect_server")
+
+__all__ = ["ServerStartError", "TemporaryServer", "current", "save_prefect_template", "seed_prefect_db", "start"]
+
+# The child sets PR_SET_PDEATHSIG (prctl option 1) so that the kernel sends it SIGTERM when the thread that spawned
+# it dies, then checks that this parent is still alive (it may have died before the prctl), then runs uvicorn as
+# `python -m uvicorn` would.
+_LAUNCHER = """
+import ctypes, os, runpy, signal, sys
+parent = int(sys.argv.pop(1))
+if sys.platform.startswith("linux"):
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
+if os.getppid() != parent:
+    sys.exit(0)
+sys.argv[0] = "uvicorn"
+runpy.run_module("uvicorn", run_name="__main__", alter_sys=True)
+"""
+
+
+# Tables a freshly started Prefect server fills by itself: the schema version and its block registry.
+_PREFECT_TEMPLATE_TABLES = {"alembic_version", "block_type", "block_schema", "block_schema_reference"}
+
+
+def _prefect_template_key() -> str:
+    """Prefect's version and its installed collections (they add block types to a new database)."""
+    from importlib.metadata import entry_points, version
+
+    collections = sorted(
+        f"{e.name}={e.dist.version if e.dist else '?'}" for e in entry_points(group="prefect.collections")
+    )
+    return "+".join([version("prefect"), *collections])
+
+
+def _prefect_sqlite_file(settings: Settings | None = None) -> Path | None:
+    """The temporary server's SQLite database file (None for Postgres or an in-memory database)."""
+    from sqlalchemy.engine import make_url
+
+    if settings is None:
+        from prefect.settings import get_current_settings
+
+        settings = get_current_settings()
+    secret = settings.server.database.connection_url
+    url = make_url(secret.get_secret_value()) if secret is not None else None
+    if url is None or not url.drivername.startswith("sqlite") or url.database in (None, "", ":memory:"):
+        return None
+    return Path(url.database).expanduser().resolve()
+
+
+def seed_prefect_db(settings: Settings | None = None) -> tuple[Path | None, bool]:
+    """A new home's Prefect database starts as a copy of the machine's migrated template (see
+    `whale_core.db_templates`): the temporary server's first start drops from 8–9 s to ~3.5 s on 2 cores.
+
+    Returns ``(path, False)`` when the database is new and no template exists (the caller saves it as the template
+    once the server has migrated it), ``(None, True)`` when it was seeded, else ``(None, False)``. Never raises.
+    """
+    try:
+        path = _prefect_sqlite_file(settings)
+        if path is None or path.exists():
+            return None, False
+        if db_templates.seed(path, "prefect", _prefect_template_key()):
+            return None, True
+        return path, False
+    except Exception as exc:  # only an optimization: Prefect creates the database as usual
+        log.warning("no Prefect database template used: %s: %s", type(exc).__name__, exc)
+        return None, False
+
+
+def save_prefect_template(path: Path) -> None:
+    try:
+        db_templates.save(path, "prefect", _prefect_template_key(), allowed=_PREFECT_TEMPLATE_TABLES)
+    except Exception as exc:  # pragma: no cover - save itself never raises; the key's imports are loaded already
+        log.warning("no Prefect database template saved: %s: %s", type(exc).__name__, exc)
+
+
+class ServerStartError(RuntimeError):
+    """WHALE's temporary server exited or did not answer in time (the message quotes its log's tail)."""
+
+
+@dataclass
+class TemporaryServer:
+    """A server process this process started, its port, and what its database started from."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    log_offset: int  # where this server's output starts in the (shared, appended) log
+    started_at: float  # time.perf_counter() at spawn
+    fresh_db: Path | None = None  # a new database migrated by this start: save it as the template once healthy
+    seeded: bool = False  # the database is a copy of the machine's template
+    ready_seconds: float | None = None  # spawn to the first healthy answer (set by `wait`)
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    def wait(self, timeout: float) -> float:
+        """Block until the server answers ``/api/health`` with 200; returns seconds since spawn.
+
+        Raises ServerStartError, quoting the server log's tail, if the process exits or ``timeout`` passes first.
+        """
+        if self.ready_seconds is not None:
+            return self.ready_seconds
+        deadline = time.monotonic() + timeout
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                raise ServerStartError(
+                    f"Prefect's temporary server exited with code {code} before it answered{self._tail()}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.api_url}/health", timeout=5) as response:
+                    if response.status == 200:
+                        self.ready_seconds = time.perf_counter() - self.started_at
+                        return self.ready_seconds
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerStartError(
+                    f"Prefect's temporary server did not answer within {timeout:.0f} s "
+                    f"(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS){self._tail()}"
+                )
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL after 5 s). Idempotent."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def _tail(self, chars: int = 2000) -> str:
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(self.log_offset)
+                text = f.read().decode(errors="replace")[-chars:]
+        except OSError:
+            return ""
+        return f"; its log {self.log_path} ends:\n{text}" if text.strip() else f" (its log {self.log_path} is empty)"
+
+
+_current: TemporaryServer | None = None
+
+
+def current() -> TemporaryServer | None:
+    """The server `start` started in this process (None if it did not)."""
+    return _current
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start() -> TemporaryServer | None:
+    """Spawn the temporary server and point this process's Prefect settings at it; see the module docstring.
+
+    Call from the main thread (the server lives as long as the spawning thread) before the first Prefect API call.
+    Idempotent; returns None where it does nothing. Never raises: a failed spawn is logged and Prefect starts its
+    own server as usual.
+    """
+    global _current
+    if _current is not None:
+        return _current
+    server = None
+    try:
+        from prefect.context import refresh_global_settings_context
+        from prefect.settings import get_current_settings
+
+        settings = get_current_settings()
+        if settings.api.url or not settings.server.ephemeral.enabled:
+            return None
+        prefects_own = sys.modules.get("prefect.server.api.server")
+        if prefects_own is not None and getattr(prefects_own.SubprocessASGIServer, "_instances", None):
+            return None  # Prefect started its own already: the process talks to that one
+        fresh_db, seeded = seed_prefect_db(settings)
+        spec = find_spec("prefect")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        app_dir = str(Path(next(iter(spec.submodule_search_locations))).parent)
+        env = {
+            **os.environ,
+            **settings.to_environment_variables(exclude_unset=True),
+            "PREFECT_UI_ENABLED": "0",
+            "PREFECT__SERVER_EPHEMERAL": "1",
+            "PREFECT__SERVER_FINAL": "1",
+        }
+        if seeded:  # the template holds this Prefect's and collections' block registry already
+            env["PREFECT_SERVER_REGISTER_BLOCKS_ON_START"] = "false"
+        home = Path(settings.home).expanduser()
+        home.mkdir(parents=True, exist_ok=True)
+        log_path = home / "temporary-server.log"
+        port = _free_port()
+        args = [sys.executable, "-c", _LAUNCHER, str(os.getpid())]
+        args += ["--app-dir", app_dir, "--factory", "prefect.server.api.server:create_app"]
+        args += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"]
+        with log_path.open("ab") as out:
+            offset = out.tell()
+            process = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        server = TemporaryServer(process, port, log_path, offset, time.perf_counter(), fresh_db=fresh_db, seeded=seeded)
+        atexit.register(server.stop)
+        os.environ["PREFECT_API_URL"] = server.api_url
+        refresh_global_settings_context()  # Prefect's own hook for environment changes after its import
+        if get_current_settings().api.url != server.api_url:  # a `temporary_settings` block hides the change
+            raise RuntimeError("Prefect's settings in this context do not follow PREFECT_API_URL")
+    except Exception as exc:
+        log.warning("no early Prefect server (Prefect starts its own): %s: %s", type(exc).__name__, exc)
+        if server is not None:
+            server.stop()
+            if os.environ.get("PREFECT_API_URL") == server.api_url:
+                os.environ.pop("PREFECT_API_URL")
+                with contextlib.suppress(Exception):
+                    refresh_global_settings_context()
+        return None
+    _current = server
+    return server

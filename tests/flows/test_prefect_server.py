@@ -1,0 +1,106 @@
+"""`flows.prefect_server`: WHALE's temporary Prefect server: when it starts, that it dies with its process, and the
+errors a server that does not come up gives (real processes throughout)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from flow_helpers import REPO, make_home, whale
+
+from flows import prefect_server
+from flows.prefect_server import ServerStartError, TemporaryServer
+
+
+def _alive(pid: int) -> bool:
+    """Running (not gone, not a zombie waiting to be reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+KILLED = """
+from whale_core.env import setup_offline_env
+setup_offline_env()
+from flows import prefect_server
+server = prefect_server.start()
+server.wait(300)
+print("PID", server.process.pid, flush=True)
+import time
+time.sleep(300)
+"""
+
+
+def test_the_server_dies_with_the_process_that_started_it(tmp_path: Path, models_dir: Path) -> None:
+    """A SIGKILLed run leaves no server behind (Prefect's own temporary server outlives it)."""
+    env = make_home(tmp_path, models_dir)
+    proc = subprocess.Popen([sys.executable, "-c", KILLED], env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # blocks until the server answered
+        assert line.startswith("PID"), line
+        pid = int(line.split()[1])
+        assert _alive(pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(pid), "the server outlived the process that started it"
+    finally:
+        proc.kill()
+
+
+def _server(tmp_path: Path, args: list[str]) -> TemporaryServer:
+    log = tmp_path / "server.log"
+    log.write_bytes(b"an earlier server's output\n")
+    offset = log.stat().st_size
+    with log.open("ab") as out:
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    return TemporaryServer(process, prefect_server._free_port(), log, offset, time.perf_counter())
+
+
+def test_a_server_that_exits_is_an_error_quoting_its_own_log(tmp_path: Path) -> None:
+    server = _server(tmp_path, [sys.executable, "-c", "print('database is not writable'); raise SystemExit(3)"])
+    with pytest.raises(ServerStartError, match="exited with code 3") as err:
+        server.wait(60)
+    assert "database is not writable" in str(err.value)
+    assert "an earlier server" not in str(err.value)  # only this start's output is quoted
+
+
+def test_a_server_that_never_answers_is_stopped_and_an_error(tmp_path: Path) -> None:
+    server = _server(tmp_path, [sys.executable, "-c", "import time; time.sleep(120)"])
+    with pytest.raises(ServerStartError, match="did not answer within 1 s"):
+        server.wait(1)
+    assert server.process.poll() is not None  # stopped, not left running
+
+
+def test_no_server_is_started_where_one_is_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    monkeypatch.setattr(prefect_server, "_current", None)
+    with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:9/api"}):
+        assert prefect_server.start() is None
+    assert prefect_server.current() is None
+
+
+def test_whale_run_reports_a_server_that_does_not_come_up_and_exits_cleanly(tmp_path: Path, models_dir: Path) -> None:
+    """A broken Prefect database (here: a file that is not a database) is an error quoting the server's log, exit
+    code 2, no traceback."""
+    env = make_home(tmp_path, models_dir)
+    db = Path(env["PREFECT_HOME"]) / "prefect.db"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(b"not a database " * 100)
+    out = whale(env, "run", "--set", "iterations=1", timeout=600)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    text = " ".join((out.stdout + out.stderr).split())  # the console wraps long lines
+    assert "error: Prefect's temporary server exited with code" in text
+    assert "file is not a database" in text  # quoted from the server's log
+    assert "whale_core" not in text and "flows/" not in text  # no traceback of WHALE's own (only the server's)
