@@ -2,17 +2,22 @@
 
 With no API URL configured, Prefect starts a temporary server itself on its first API call (its
 `SubprocessASGIServer`: uvicorn in a subprocess serving ``prefect.server.api.server:create_app``). Two costs of that
-on a 2-core machine, measured for a `whale` command: the server only starts once the command has imported its flows
-and reached its first API call, and the command's own process imports the whole server package just to get that
-class (``prefect.server.api.server``: 3.7 s of CPU beyond ``import prefect`` and ~90 MB, in a process that only ever
-talks HTTP to it), on the same two cores where the server process imports the same package.
+on a 2-core machine, measured for a `whale` command: the server only starts once the command has imported Prefect
+and its flows and reached its first API call, and the command's own process imports the whole server package just
+to get that class (``prefect.server.api.server``: 3.7 s of CPU beyond ``import prefect`` and ~90 MB, in a process
+that only ever talks HTTP to it), on the same two cores where the server process imports the same package.
 
 `start` spawns the same server process (same module and factory; ``PREFECT__SERVER_EPHEMERAL`` mode: no UI, the
-ephemeral set of services; settings from the same profile and environment, as Prefect passes them) right after
-``import prefect``, then points this process at it: ``PREFECT_API_URL`` in the environment (child processes, e.g. a
-Dask cluster's workers, reach the same server) and Prefect's own `refresh_global_settings_context`. Prefect in the
+ephemeral set of services) as a `whale` command's first step, before ``import prefect``, and sets
+``PREFECT_API_URL`` to it (child processes, e.g. a Dask cluster's workers, reach the same server). Prefect in the
 command's process is then a plain client of a server that boots while the command imports and preloads
-(`flows.startup.prepare` waits for it). Differences from Prefect's own, all deliberate:
+(`flows.startup.prepare` waits for it). The server process itself reads Prefect's settings (profile, environment)
+and reports on a pipe (`_serve`): if they name a server after all, or turn the temporary one off, it exits and
+`settle` withdraws it before the first API call, so the settings are Prefect's own again; otherwise it says whether
+its database is new (the template to save) and serves. Called after Prefect's import (a Python API caller), `start`
+passes the process's settings on and updates them with Prefect's own `refresh_global_settings_context`.
+
+Differences from Prefect's own server, all deliberate:
 
 - the server dies with the process that started it (Linux ``PR_SET_PDEATHSIG``): Prefect's outlives a ``SIGKILL``ed
   run (measured: it kept the killed run's stdout open);
@@ -21,16 +26,17 @@ command's process is then a plain client of a server that boots while the comman
 - a new home's database starts as a copy of the machine's migrated template (`whale_core.db_templates`) and then
   skips the block registration the template already holds; the first new home saves the template.
 
-`start` does nothing (returns None) when a server is configured, when the settings turn the temporary server off,
-when Prefect already started its own in this process, or when the change would not reach Prefect's settings (a
-``temporary_settings`` block is active): Prefect's own temporary server is then used as before. Only where the same
-server runs changes; nothing a run computes does.
+`start` does nothing (returns None) when ``PREFECT_API_URL`` is set, when Prefect already started its own server in
+this process, or (called after Prefect's import) when the settings name a server or the change would not reach
+them (a ``temporary_settings`` block is active): Prefect's own temporary server is then used as before. Only where
+the same server runs changes; nothing a run computes does.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -42,7 +48,7 @@ import urllib.request
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from whale_core import db_templates
 
@@ -51,20 +57,29 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("whale.prefect_server")
 
-__all__ = ["ServerStartError", "TemporaryServer", "current", "save_prefect_template", "seed_prefect_db", "start"]
+__all__ = [
+    "ServerStartError",
+    "TemporaryServer",
+    "current",
+    "save_prefect_template",
+    "seed_prefect_db",
+    "settle",
+    "start",
+]
 
 # The child sets PR_SET_PDEATHSIG (prctl option 1) so that the kernel sends it SIGTERM when the thread that spawned
-# it dies, then checks that this parent is still alive (it may have died before the prctl), then runs uvicorn as
-# `python -m uvicorn` would.
+# it dies, checks that this parent is still alive (it may have died before the prctl), then hands over to
+# `_serve` (which reports on the status pipe and runs uvicorn). argv: parent pid, status fd, WHALE's source root.
 _LAUNCHER = """
-import ctypes, os, runpy, signal, sys
-parent = int(sys.argv.pop(1))
+import ctypes, os, signal, sys
+parent, status_fd = int(sys.argv.pop(1)), int(sys.argv.pop(1))
 if sys.platform.startswith("linux"):
     ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
 if os.getppid() != parent:
     sys.exit(0)
-sys.argv[0] = "uvicorn"
-runpy.run_module("uvicorn", run_name="__main__", alter_sys=True)
+sys.path.insert(0, sys.argv.pop(1))
+from flows.prefect_server import _serve
+_serve(status_fd)
 """
 
 
@@ -136,13 +151,39 @@ class TemporaryServer:
     log_path: Path
     log_offset: int  # where this server's output starts in the (shared, appended) log
     started_at: float  # time.perf_counter() at spawn
-    fresh_db: Path | None = None  # a new database migrated by this start: save it as the template once healthy
-    seeded: bool = False  # the database is a copy of the machine's template
+    status_fd: int  # the pipe the server process reports on before it serves (see `_serve`)
+    _status: dict[str, Any] | None = None
     ready_seconds: float | None = None  # spawn to the first healthy answer (set by `wait`)
 
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/api"
+
+    def status(self) -> dict[str, Any]:
+        """What the server process decided once it read Prefect's settings (blocks until it said so, ~2 s after the
+        spawn): ``{"configured": True}`` when the settings name a server or turn the temporary one off (the process
+        then exits), else ``{"configured": False, "fresh_db": path or None, "seeded": bool}``. A process that died
+        before saying so reads as not configured (`wait` then reports its exit)."""
+        if self._status is None:
+            chunks = []
+            while chunk := os.read(self.status_fd, 4096):
+                chunks.append(chunk)
+            os.close(self.status_fd)
+            try:
+                self._status = dict(json.loads(b"".join(chunks) or b"{}"))
+            except ValueError:
+                self._status = {}
+        return self._status
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.status().get("configured"))
+
+    @property
+    def fresh_db(self) -> Path | None:
+        """A new database this start migrates: save it as the machine's template once the server answers."""
+        path = self.status().get("fresh_db")
+        return Path(path) if path else None
 
     def wait(self, timeout: float) -> float:
         """Block until the server answers ``/api/health`` with 200; returns seconds since spawn.
@@ -207,65 +248,125 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _serve(status_fd: int) -> None:
+    """The server process's side (run by `_LAUNCHER`): read Prefect's settings, report on the status pipe, serve.
+
+    Deciding here, not in the process that starts it, lets a `whale` command spawn the server before it imports
+    Prefect itself (~2 s on 2 cores, which the server spends importing in parallel).
+    """
+    import runpy
+
+    from prefect.context import refresh_global_settings_context
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
+    status: dict[str, Any] = {"configured": bool(settings.api.url) or not settings.server.ephemeral.enabled}
+    if not status["configured"]:
+        fresh_db, seeded = seed_prefect_db(settings)
+        status.update(fresh_db=str(fresh_db) if fresh_db else None, seeded=seeded)
+        os.environ.update(PREFECT_UI_ENABLED="0", PREFECT__SERVER_EPHEMERAL="1", PREFECT__SERVER_FINAL="1")
+        if seeded:  # the template holds this Prefect's and collections' block registry already
+            os.environ["PREFECT_SERVER_REGISTER_BLOCKS_ON_START"] = "false"
+        refresh_global_settings_context()
+    os.write(status_fd, json.dumps(status).encode())
+    os.close(status_fd)
+    if status["configured"]:
+        sys.exit(0)
+    sys.argv[0] = "uvicorn"
+    runpy.run_module("uvicorn", run_name="__main__", alter_sys=True)
+
+
 def start() -> TemporaryServer | None:
     """Spawn the temporary server and point this process's Prefect settings at it; see the module docstring.
 
-    Call from the main thread (the server lives as long as the spawning thread) before the first Prefect API call.
-    Idempotent; returns None where it does nothing. Never raises: a failed spawn is logged and Prefect starts its
-    own server as usual.
+    Call from the main thread (the server lives as long as the spawning thread) before the first Prefect API call;
+    best before ``import prefect``. Idempotent; returns None where it does nothing. Never raises: a failed spawn is
+    logged and Prefect starts its own server as usual. Whether the settings name a server after all is known once
+    the server process has read them: `settle` (called by `flows.startup.prepare`) withdraws this one then.
     """
     global _current
     if _current is not None:
         return _current
+    if os.environ.get("PREFECT_API_URL"):
+        return None
     server = None
     try:
-        from prefect.context import refresh_global_settings_context
-        from prefect.settings import get_current_settings
+        imported = "prefect.context" in sys.modules
+        env = dict(os.environ)
+        if imported:  # pass on what this process's settings hold (a `temporary_settings` block among them)
+            from prefect.settings import get_current_settings
 
-        settings = get_current_settings()
-        if settings.api.url or not settings.server.ephemeral.enabled:
-            return None
-        prefects_own = sys.modules.get("prefect.server.api.server")
-        if prefects_own is not None and getattr(prefects_own.SubprocessASGIServer, "_instances", None):
-            return None  # Prefect started its own already: the process talks to that one
-        fresh_db, seeded = seed_prefect_db(settings)
+            settings = get_current_settings()
+            if settings.api.url or not settings.server.ephemeral.enabled:
+                return None
+            prefects_own = sys.modules.get("prefect.server.api.server")
+            if prefects_own is not None and getattr(prefects_own.SubprocessASGIServer, "_instances", None):
+                return None  # Prefect started its own already: the process talks to that one
+            env.update(settings.to_environment_variables(exclude_unset=True))
         spec = find_spec("prefect")
         if spec is None or not spec.submodule_search_locations:
             return None
         app_dir = str(Path(next(iter(spec.submodule_search_locations))).parent)
-        env = {
-            **os.environ,
-            **settings.to_environment_variables(exclude_unset=True),
-            "PREFECT_UI_ENABLED": "0",
-            "PREFECT__SERVER_EPHEMERAL": "1",
-            "PREFECT__SERVER_FINAL": "1",
-        }
-        if seeded:  # the template holds this Prefect's and collections' block registry already
-            env["PREFECT_SERVER_REGISTER_BLOCKS_ON_START"] = "false"
-        home = Path(settings.home).expanduser()
+        home = Path(env.get("PREFECT_HOME", "~/.prefect")).expanduser()
         home.mkdir(parents=True, exist_ok=True)
         log_path = home / "temporary-server.log"
         port = _free_port()
-        args = [sys.executable, "-c", _LAUNCHER, str(os.getpid())]
+        read_fd, write_fd = os.pipe()
+        args = [sys.executable, "-c", _LAUNCHER, str(os.getpid()), str(write_fd), str(Path(__file__).parents[1])]
         args += ["--app-dir", app_dir, "--factory", "prefect.server.api.server:create_app"]
         args += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"]
-        with log_path.open("ab") as out:
-            offset = out.tell()
-            process = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-        server = TemporaryServer(process, port, log_path, offset, time.perf_counter(), fresh_db=fresh_db, seeded=seeded)
+        try:
+            with log_path.open("ab") as out:
+                offset = out.tell()
+                process = subprocess.Popen(
+                    args, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, pass_fds=(write_fd,)
+                )
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        server = TemporaryServer(process, port, log_path, offset, time.perf_counter(), read_fd)
         atexit.register(server.stop)
         os.environ["PREFECT_API_URL"] = server.api_url
-        refresh_global_settings_context()  # Prefect's own hook for environment changes after its import
-        if get_current_settings().api.url != server.api_url:  # a `temporary_settings` block hides the change
-            raise RuntimeError("Prefect's settings in this context do not follow PREFECT_API_URL")
+        if imported:
+            _refresh_settings(server.api_url)
     except Exception as exc:
         log.warning("no early Prefect server (Prefect starts its own): %s: %s", type(exc).__name__, exc)
         if server is not None:
-            server.stop()
-            if os.environ.get("PREFECT_API_URL") == server.api_url:
-                os.environ.pop("PREFECT_API_URL")
-                with contextlib.suppress(Exception):
-                    refresh_global_settings_context()
+            _withdraw(server)
         return None
     _current = server
     return server
+
+
+def settle() -> TemporaryServer | None:
+    """The server `start` started, once its process has read Prefect's settings; None if there is none or the
+    settings name a server after all (a profile's ``PREFECT_API_URL``): this one is then withdrawn and this
+    process's settings are Prefect's own again. Call before the first Prefect API call."""
+    global _current
+    server = _current
+    if server is not None and server.configured:
+        _withdraw(server)
+        _current = None
+        return None
+    return server
+
+
+def _refresh_settings(expected: str | None) -> None:
+    """Make Prefect's process-wide settings follow the environment (Prefect's own hook for that)."""
+    from prefect.context import refresh_global_settings_context
+    from prefect.settings import get_current_settings
+
+    refresh_global_settings_context()
+    if expected is not None and get_current_settings().api.url != expected:  # a `temporary_settings` block is active
+        raise RuntimeError("Prefect's settings in this context do not follow PREFECT_API_URL")
+
+
+def _withdraw(server: TemporaryServer) -> None:
+    server.stop()
+    if os.environ.get("PREFECT_API_URL") == server.api_url:
+        os.environ.pop("PREFECT_API_URL")
+        if "prefect.context" in sys.modules:
+            with contextlib.suppress(Exception):
+                _refresh_settings(None)

@@ -2,8 +2,8 @@
 
 In the embedded default (no Prefect server configured) a run needs a temporary API server in a subprocess, 7–18 s
 to start on a 2-core machine (imports, database migrations on a fresh ``PREFECT_HOME``). The `whale` commands start
-WHALE's (`flows.prefect_server`) right after ``import prefect``, before importing the flows; `prepare` starts it if
-they did not (a caller of the Python API), and where it cannot be used starts Prefect's own (`SubprocessASGIServer`,
+WHALE's (`flows.prefect_server`) as their first step, before importing Prefect; `prepare` starts it if they did
+not (a caller of the Python API), and where it cannot be used starts Prefect's own (`SubprocessASGIServer`,
 which `get_client` then reuses) in a thread. Either way `prepare` meanwhile does, in the main thread, work the run
 does anyway: the heavy imports the tasks make (torch, transformers, TRL, PEFT), loading the base policy into the
 per-process policy cache, building the suite, and opening the MLflow store (its migrations on a fresh store), then
@@ -126,14 +126,14 @@ def prepare(cfg: WhaleConfig, compute: bool = True) -> StartupReport:
 
     ``compute=False``: the run is expected to come back from Prefect's cache (a finished run resumed), so the heavy
     parts (torch and friends, the base policy) are not preloaded; a task that does compute loads them itself.
-    The server is WHALE's own (`flows.prefect_server`; the commands start it before importing the flows, else it is
+    The server is WHALE's own (`flows.prefect_server`; the commands start it before importing Prefect, else it is
     started here) or, where that one cannot be used, Prefect's, started here in a thread. Never raises, except when
     WHALE's server does not come up (ServerStartError quoting its log): this process's Prefect settings point at it,
     so the run could not report anything.
     """
     sqlite_retry.install()
     report = StartupReport()
-    early = prefect_server.current()
+    early = prefect_server.settle()  # None where the settings name a server after all
     server: dict[str, object] = {}
     thread = None
     try:

@@ -120,15 +120,17 @@ def _guard(fn: Any) -> Any:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from flows.prefect_server import ServerStartError
-        from whale_core.config import ConfigError
-        from whale_core.harness import HarnessError
-        from whale_core.suites import SuiteError
-
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, HarnessError, SuiteError, FileNotFoundError, ServerStartError) as exc:
-            _fail(str(exc))
+        except Exception as exc:  # the error types are imported only now: a command starts without those imports
+            from flows.prefect_server import ServerStartError
+            from whale_core.config import ConfigError
+            from whale_core.harness import HarnessError
+            from whale_core.suites import SuiteError
+
+            if isinstance(exc, (ConfigError, HarnessError, SuiteError, FileNotFoundError, ServerStartError)):
+                _fail(str(exc))
+            raise
 
     return wrapper
 
@@ -352,11 +354,11 @@ def run_cmd(
     (`whale resume RUN`). Example: `whale run --set iterations=6 --set search.proposer=openai/gpt-4o-mini`
     """
     setup_offline_env()
+    _start_prefect_server()  # first: it boots while the config, the flows and the preload are imported
     from whale_core.config import load_config
 
     overrides = list(set_ or []) + ([f"mode={mode}"] if mode else [])
     cfg = load_config(config, overrides)
-    _start_prefect_server()
     from flows.whale_run import start_run
 
     _console().print(

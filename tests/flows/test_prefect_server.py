@@ -58,13 +58,60 @@ def test_the_server_dies_with_the_process_that_started_it(tmp_path: Path, models
         proc.kill()
 
 
+PROFILE = """
+import json, os
+from whale_core.env import setup_offline_env
+setup_offline_env()
+from flows import prefect_server
+server = prefect_server.start()  # before Prefect is imported: the environment names no server
+spawned = server is not None
+from prefect.settings import get_current_settings
+settled = prefect_server.settle()  # the server process read the profile: it names a server
+print("RESULT" + json.dumps({
+    "spawned": spawned,
+    "settled": settled is not None,
+    "current": prefect_server.current() is not None,
+    "api_url": get_current_settings().api.url,
+    "env_url": os.environ.get("PREFECT_API_URL"),
+    "server_exit": server.process.wait(30) if server else None,
+}))
+"""
+
+
+def test_a_server_the_profile_names_wins_over_the_temporary_one(tmp_path: Path, models_dir: Path) -> None:
+    """The command spawns the temporary server before Prefect has read its profile; the server process reads it,
+    says it names a server, and exits; the command's Prefect settings are the profile's again."""
+    import json
+
+    env = make_home(tmp_path, models_dir)
+    home = Path(env["PREFECT_HOME"])
+    home.mkdir(parents=True)
+    (home / "profiles.toml").write_text(
+        'active = "remote"\n[profiles.remote]\nPREFECT_API_URL = "http://127.0.0.1:9/api"\n'
+    )
+    out = subprocess.run([sys.executable, "-c", PROFILE], env=env, cwd=REPO, capture_output=True, text=True,
+                         timeout=300, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT"))[len("RESULT") :])
+    assert res.pop("server_exit") in (0, -signal.SIGTERM)  # it exits after saying so, or `settle` stops it first
+    assert res == {
+        "spawned": True,
+        "settled": False,
+        "current": False,
+        "api_url": "http://127.0.0.1:9/api",
+        "env_url": None,
+    }
+
+
 def _server(tmp_path: Path, args: list[str]) -> TemporaryServer:
     log = tmp_path / "server.log"
     log.write_bytes(b"an earlier server's output\n")
     offset = log.stat().st_size
     with log.open("ab") as out:
         process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
-    return TemporaryServer(process, prefect_server._free_port(), log, offset, time.perf_counter())
+    read_fd, write_fd = os.pipe()
+    os.close(write_fd)
+    return TemporaryServer(process, prefect_server._free_port(), log, offset, time.perf_counter(), read_fd)
 
 
 def test_a_server_that_exits_is_an_error_quoting_its_own_log(tmp_path: Path) -> None:
