@@ -247,7 +247,8 @@ def test_sigterm_stops_the_run_and_its_temporary_prefect_server(tmp_path: Path, 
     home = Path(env["WHALE_HOME"])
     proc = _run_until_a_leg_is_done(env, tmp_path / "run.log", "term", ["iterations=3"])
     try:
-        servers = [c for c in psutil.Process(proc.pid).children(recursive=True) if "uvicorn" in " ".join(c.cmdline())]
+        app = "prefect.server.api.server:create_app"  # the server's factory, on WHALE's and Prefect's command line
+        servers = [c for c in psutil.Process(proc.pid).children(recursive=True) if app in " ".join(c.cmdline())]
         assert servers, "no temporary Prefect server was running"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=300) == 128 + signal.SIGTERM
