@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from flow_helpers import REPO, make_home, whale
+from flow_helpers import REPO, make_home, python, whale
 
 from flows import prefect_server
 from flows.prefect_server import ServerStartError, TemporaryServer
@@ -89,8 +89,7 @@ def test_a_server_the_profile_names_wins_over_the_temporary_one(tmp_path: Path, 
     (home / "profiles.toml").write_text(
         'active = "remote"\n[profiles.remote]\nPREFECT_API_URL = "http://127.0.0.1:9/api"\n'
     )
-    out = subprocess.run([sys.executable, "-c", PROFILE], env=env, cwd=REPO, capture_output=True, text=True,
-                         timeout=300, check=False)  # fmt: skip
+    out = python(env, "-c", PROFILE, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     res = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT"))[len("RESULT") :])
     assert res.pop("server_exit") in (0, -signal.SIGTERM)  # it exits after saying so, or `settle` stops it first

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from flow_helpers import REPO, make_home
+from flow_helpers import REPO, make_home, python
 
 from flows.startup import _start_server, prepare
 from whale_core.config import WhaleConfig
@@ -50,15 +50,7 @@ def test_prepare_waits_for_whales_server_which_the_run_then_uses(tmp_path: Path,
     """Started by the command before the flows are imported ("early", the CLI) or by `prepare` itself (the Python
     API): the process's Prefect client talks to that server and never imports Prefect's server package."""
     env = make_home(tmp_path, models_dir)  # fresh PREFECT_HOME, no PREFECT_API_URL: a temporary server is needed
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, when],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    out = python(env, "-c", SCRIPT, when, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT"))
     res = json.loads(line[len("RESULT") :])
