@@ -199,13 +199,14 @@ class TemporaryServer:
                 raise ServerStartError(
                     f"Prefect's temporary server exited with code {code} before it answered{self._tail()}"
                 )
-            try:
-                with urllib.request.urlopen(f"{self.api_url}/health", timeout=5) as response:
-                    if response.status == 200:
-                        self.ready_seconds = time.perf_counter() - self.started_at
-                        return self.ready_seconds
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
+            # not listening yet (refused, reset, slow): poll again until the deadline
+            with (
+                contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError),
+                urllib.request.urlopen(f"{self.api_url}/health", timeout=5) as response,
+            ):
+                if response.status == 200:
+                    self.ready_seconds = time.perf_counter() - self.started_at
+                    return self.ready_seconds
             if time.monotonic() > deadline:
                 self.stop()
                 raise ServerStartError(
