@@ -70,7 +70,7 @@ def _harness(path: Path | None, suite: Any) -> Any:
 def _policy(model: str, device: str, adapter: str | None = None) -> Any:
     from whale_core.models.policy import load_policy
 
-    with _console().status(f"loading model '{model}' (the tiny model is built on first use, ~2 min)…"):
+    with _console().status(f"loading model '{model}'…"):
         return load_policy(model, adapter=adapter, device=device)
 
 
