@@ -150,3 +150,64 @@ def test_whale_run_reports_a_server_that_does_not_come_up_and_exits_cleanly(tmp_
     assert "error: Prefect's temporary server exited with code" in text
     assert "file is not a database" in text  # quoted from the server's log
     assert "whale_core" not in text and "flows/" not in text  # no traceback of WHALE's own (only the server's)
+
+
+RECORDED = """
+from whale_core.env import setup_offline_env
+setup_offline_env()
+from flows import prefect_server
+server = prefect_server.start()
+from flows.startup import prepare
+from whale_core.config import load_config
+prepare(load_config(None, []), compute=False)
+from prefect import flow, task
+
+@task
+def double(x: int) -> int:
+    return 2 * x
+
+@flow
+def five() -> list[int]:
+    return [double(i) for i in range(5)]
+
+assert five() == [0, 2, 4, 6, 8]
+server.stop()  # what the command's exit does
+print("STOPPED", server.process.returncode, flush=True)
+"""
+
+
+def test_task_runs_recorded_in_batches_are_all_written_when_the_server_stops(tmp_path: Path, models_dir: Path) -> None:
+    """WHALE's server records task runs in batches (up to 2 s late); none of a run's is lost at its end."""
+    import sqlite3
+
+    env = make_home(tmp_path, models_dir)
+    out = python(env, "-c", RECORDED, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal: -15 is a clean stop
+    assert "STOPPED -15" in out.stdout or "STOPPED 0" in out.stdout, out.stdout[-2000:]
+    db = Path(env["PREFECT_HOME"]) / "prefect.db"
+    with sqlite3.connect(db) as con:
+        rows = con.execute("select name, state_type from task_run").fetchall()
+    assert len(rows) == 5 and {state for _, state in rows} == {"COMPLETED"}, rows
+
+
+def test_recorder_batching_yields_to_the_users_own_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.settings import Settings
+
+    for key in ("BATCH_SIZE", "FLUSH_INTERVAL"):
+        monkeypatch.delenv(f"PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_{key}", raising=False)
+    monkeypatch.setenv("PREFECT_PROFILES_PATH", str(tmp_path / "none.toml"))
+    assert prefect_server.recorder_batching(Settings()) == {
+        "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": str(prefect_server.RECORDER_BATCH),
+        "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": str(prefect_server.RECORDER_FLUSH_S),
+    }
+    monkeypatch.setenv("PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE", "1")  # the user's choice
+    assert prefect_server.recorder_batching(Settings()) == {}
+    monkeypatch.delenv("PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE")
+    profiles = tmp_path / "profiles.toml"
+    profiles.write_text(
+        'active = "mine"\n[profiles.mine]\nPREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL = 9\n'
+    )
+    monkeypatch.setenv("PREFECT_PROFILES_PATH", str(profiles))
+    assert Settings().server.services.task_run_recorder.flush_interval == 9
+    assert prefect_server.recorder_batching(Settings()) == {}
