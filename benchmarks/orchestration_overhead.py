@@ -6,7 +6,8 @@ Three timings, each a fresh `python` process so imports and start-up are counted
 2. the same computation as a plain loop calling `whale_core` directly (no Prefect, no MLflow; archive kept because
    the harness leg needs it), with the leg sequence the orchestrated run's scheduler chose and what the flow passes
    to each leg: the weights leg's seed (``seed + 1000 * iteration``) and completion cap (the budget left minus the
-   val reserve), the budget charges, the traces each evaluation writes;
+   val reserve), the harness leg's proposer seed (``seed + iteration``), the budget charges, the traces each
+   evaluation writes;
 3. ``whale resume`` of the finished run: every task comes back Cached.
 
 With ``--server``, also 1 and 3 again in another fresh home against a Prefect server that is already running
@@ -172,7 +173,7 @@ def plain(overrides: list[str], legs: list[str]) -> None:
     from whale_core.harness import Harness
     from whale_core.refs import PolicyRef
     from whale_core.rollout import rollout
-    from whale_core.search import run_harness_leg, validation_order
+    from whale_core.search import make_proposer, run_harness_leg, validation_order
     from whale_core.suites import load_suite
     from whale_core.weights import train_weights_leg
 
@@ -235,6 +236,7 @@ def plain(overrides: list[str], legs: list[str]) -> None:
                 budget.charge("weights", min(spent, budget.remaining("weights")))
         else:
             with phase(f"iteration {i}: harness leg"):
+                # as `flows.iteration`: the leg's proposer is seeded with ``seed + iteration``
                 hl = run_harness_leg(
                     policy=policy,
                     policy_id=policy_ref.checkpoint_id,
@@ -249,6 +251,7 @@ def plain(overrides: list[str], legs: list[str]) -> None:
                     traces_dir=out,
                     batch_size=cfg.rollout.batch_size,
                     budget=budget,
+                    proposer=make_proposer(cfg.search, cfg.seed + i),
                 )
             harness = hl.incumbent_out
             if hl.accepted:

@@ -2,8 +2,9 @@
 
 The flow only wires: the decision comes from `tasks.plateau_check`, the weights leg is `tasks.grpo_update`, the
 harness leg is `whale_core.search.run_harness_leg` with its proposer call routed through `tasks.propose_harness` and
-its candidate scoring fanned out through `tasks.score_harness` on the flow's task runner, and the evaluation is
-`tasks.rollout_task`. Records go to the archive and the MLflow lineage (a child run per leg).
+its candidate scoring through `tasks.score_harness` (in the flow's thread by default, fanned out on the flow's task
+runner with ``orchestration.max_workers`` > 1 or Dask), and the evaluation is `tasks.rollout_task`. Records go to
+the archive and the MLflow lineage (a child run per leg).
 
 Replay: when the archive already holds this iteration's leg as done with the same inputs (a resumed run), the tasks
 run again — and come back ``Cached`` — but nothing is written twice. A rerun (``refresh``) recomputes the tasks.
@@ -274,13 +275,14 @@ def _harness_leg(
     restrict = frozenset({"instruction"}) if cfg.mode == "prompt-weights" else None
     search = cfg.search.model_dump(mode="json")
 
+    score = score_harness.with_options(**opts)
+
     def roll_many(jobs: list[tuple[Any, int, int]]) -> list[ScoreBlock]:
-        futures = [
-            score_harness.with_options(**opts).submit(
-                state.policy, HarnessRef.of(hh), suite_cfg, i, j, cfg.seed, cfg.rollout.batch_size
-            )
-            for hh, i, j in jobs
-        ]
+        seed, batch = cfg.seed, cfg.rollout.batch_size
+        args = [(state.policy, HarnessRef.of(hh), suite_cfg, i, j, seed, batch) for hh, i, j in jobs]
+        if cfg.orchestration.inline:  # one worker: in this thread (see OrchestrationConfig for why)
+            return [score(*a) for a in args]
+        futures = [score.submit(*a) for a in args]
         return [f.result() for f in futures]
 
     res = run_harness_leg(

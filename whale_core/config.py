@@ -56,13 +56,25 @@ class RolloutConfig(BaseModel):
 class OrchestrationConfig(BaseModel):
     """How candidate scoring fans out: Prefect's thread pool (default), or a Dask cluster through ``prefect-dask``
     (``pip install -e '.[dask]'``): a local cluster of ``max_workers`` processes, or an existing one at
-    ``dask_address`` (``tcp://host:8786``) whose workers can reach the same model paths and Prefect API."""
+    ``dask_address`` (``tcp://host:8786``) whose workers can reach the same model paths and Prefect API.
+
+    ``max_workers`` is how many scoring tasks run at once. The default, 1, runs each candidate's scoring task in the
+    flow's own thread, one after another (still one cached, retried Prefect task run per candidate block): on a CPU
+    torch already uses every core inside one rollout, and a rollout in a second thread was measured 1.6–1.9× slower
+    than in the main thread (2-core CPU: two OpenMP thread teams on two cores), two at once finishing no sooner than
+    one after the other. Raise it for an accelerator, where rollouts in threads can overlap (not measured here), or
+    for a Dask cluster's worker processes."""
 
     model_config = ConfigDict(extra="forbid")
 
     task_runner: Literal["threads", "dask"] = "threads"
-    max_workers: int = Field(2, ge=1, le=256)
+    max_workers: int = Field(1, ge=1, le=256)
     dask_address: str | None = None
+
+    @property
+    def inline(self) -> bool:
+        """Scoring tasks run in the flow's thread (no fan-out): the thread runner with one worker."""
+        return self.task_runner == "threads" and self.max_workers == 1
 
 
 class TrackingConfig(BaseModel):
