@@ -85,7 +85,7 @@ def _policy_of(archive: Archive, base: PolicyRef, checkpoint_id: str | None) -> 
     rec = archive.find_checkpoint(checkpoint_id)
     if rec is None:
         raise CompareError(f"final checkpoint {checkpoint_id} is not in the archive")
-    from whale_core.weights import Checkpoint
+    from whale_core.checkpoints import Checkpoint
 
     return PolicyRef.of_checkpoint(base, Checkpoint.load(rec.path))
 

@@ -23,7 +23,7 @@ from whale_core.budget import BudgetConfig
 from whale_core.schedule import ScheduleConfig
 from whale_core.search import SearchConfig
 from whale_core.suites import SuiteConfig
-from whale_core.weights import WeightsConfig
+from whale_core.weights_config import WeightsConfig
 
 Mode = Literal["whale-adaptive", "whale-fixed", "weights-only", "harness-only", "prompt-weights"]
 MODES: tuple[str, ...] = ("whale-adaptive", "whale-fixed", "weights-only", "harness-only", "prompt-weights")

@@ -57,7 +57,7 @@ class PolicyRef:
 
     @classmethod
     def of_checkpoint(cls, base: PolicyRef, ckpt: Any) -> PolicyRef:
-        """The policy a `weights.Checkpoint` describes (LoRA adapter on the base, or a full model dir)."""
+        """The policy a `checkpoints.Checkpoint` describes (LoRA adapter on the base, or a full model dir)."""
         if ckpt.is_lora:
             return cls(
                 model=base.model, adapter=str(ckpt.path), checkpoint_id=ckpt.id, device=base.device, is_base=False
@@ -91,10 +91,10 @@ def load_cached(ref: PolicyRef) -> Any:
 
 
 def checkpoint_from_dir(path: str | Path) -> Any:
-    """Read the `weights.Checkpoint` a leg saved (``whale_checkpoint.json``)."""
+    """Read the `checkpoints.Checkpoint` a leg saved (``whale_checkpoint.json``)."""
     import json
 
-    from whale_core.weights import Checkpoint
+    from whale_core.checkpoints import Checkpoint
 
     data = json.loads((Path(path) / "whale_checkpoint.json").read_text())
     fields = Checkpoint.__dataclass_fields__

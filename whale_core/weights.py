@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import hashlib
 import json
 import random
 import shutil
@@ -42,17 +41,25 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
+from whale_core.checkpoints import CHECKPOINT_FILE, Checkpoint, save_checkpoint
 from whale_core.rewards import SimilarityReward, TaskScoreReward
-from whale_core.robustness import PopulationConfig
 from whale_core.suites.base import Problem
+from whale_core.weights_config import DifficultyFilter, WeightsConfig, completions_per_step
 
-LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
-Scheduler = Literal["constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr"]
-CHECKPOINT_FILE = "whale_checkpoint.json"
+__all__ = [  # the records and config are defined next door and re-exported: the weights leg's API in one place
+    "CHECKPOINT_FILE",
+    "Checkpoint",
+    "DifficultyFilter",
+    "LegResult",
+    "StepMetrics",
+    "WeightsConfig",
+    "completions_per_step",
+    "train_command",
+    "train_weights_leg",
+]
+
 _LEG_STATE = "whale_leg_state.json"
 # GRPOConfig fields WHALE sets itself: `extra` may not override them (first-class knobs are named in the error).
 _OWNED = {
@@ -64,93 +71,6 @@ _OWNED = {
     "save_strategy",
     "activation_checkpointing",
 }
-
-
-class DifficultyFilter(BaseModel):
-    """Keep train problems whose sampled base accuracy lies in ``[low, high]`` (the learnable band).
-
-    Probes ``max_problems`` train problems (seeded sample) with ``samples`` completions each at the leg's temperature,
-    scored against the train split's gold answers only. Cost: ``max_problems * samples`` extra completions, counted.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    low: float = Field(0.1, ge=0.0, le=1.0)
-    high: float = Field(0.6, ge=0.0, le=1.0)
-    samples: int = Field(8, ge=1, le=64)
-    max_problems: int = Field(512, ge=1)
-    min_keep: int = Field(16, ge=1, description="fewer survivors than this: train on all probed problems")
-
-
-class WeightsConfig(BaseModel):
-    """The weights leg's knobs. Defaults are the tuned tiny-model recipe (docs/weights-leg.md)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    steps: int = Field(300, ge=1)
-    learning_rate: float = Field(2e-4, gt=0)
-    num_generations: int = Field(4, ge=2, description="group size G (completions per prompt)")
-    per_device_train_batch_size: int = Field(64, ge=2, description="completions per step; a multiple of G")
-    temperature: float = Field(0.5, gt=0, description="exploration temperature (not the harness's)")
-    beta: float = Field(0.0, ge=0)
-    loss_type: LossType = "dapo"
-    scale_rewards: Literal["group", "batch", "none"] = Field("group", description="advantage scaling (TRL)")
-    lora: bool = True
-    lora_r: int = Field(16, ge=1)
-    lora_alpha: int = Field(32, ge=1)
-    lora_dropout: float = Field(0.0, ge=0, lt=1)
-    lora_target_modules: str | list[str] = "all-linear"
-    lr_scheduler_type: Scheduler = "constant"
-    warmup_steps: int = Field(0, ge=0)
-    max_completion_length: int | None = Field(None, ge=1, description="None: the harness's decoding.max_new_tokens")
-    shaping_weight: float = Field(0.0, ge=0, description="weight of the similarity shaping reward; 0 disables it")
-    difficulty_filter: DifficultyFilter | None = None
-    population: PopulationConfig = Field(
-        default_factory=PopulationConfig, description="mitigation: train on prompts of the archive's top-k harnesses"
-    )
-    save_steps: int = Field(100, ge=1)
-    seed: int = 0
-    gradient_checkpointing: bool = False
-    bf16: bool | None = Field(None, description="None: on for CUDA with bf16 support, off on CPU")
-    use_vllm: bool = Field(False, description="GPU only: TRL's vLLM generation (needs vllm installed)")
-    vllm_mode: Literal["colocate", "server"] = "colocate"
-    keep_trainer_checkpoints: bool = Field(False, description="keep out_dir/trainer/ after the leg finished")
-    extra: dict[str, Any] = Field(default_factory=dict, description="raw GRPOConfig overrides")
-
-    @model_validator(mode="after")
-    def _check(self) -> WeightsConfig:
-        if self.per_device_train_batch_size % self.num_generations:
-            raise ValueError(
-                f"per_device_train_batch_size ({self.per_device_train_batch_size}) must be a multiple of "
-                f"num_generations ({self.num_generations})"
-            )
-        f = self.difficulty_filter
-        if f is not None and f.low > f.high:
-            raise ValueError(f"difficulty_filter: low ({f.low}) must be <= high ({f.high})")
-        return self
-
-
-@dataclass
-class Checkpoint:
-    """A trained policy on disk. ``id``: sha256 of the trained weights' contents (adapter tensors for LoRA).
-
-    ``base_model``: the model dir the adapter applies to (LoRA) or the base the full model descends from.
-    ``step``: GRPO steps in the whole lineage (parent's step + this leg's).
-    """
-
-    id: str
-    path: str
-    parent_id: str | None
-    harness_sha: str
-    base_model: str
-    step: int
-    is_lora: bool
-
-    @classmethod
-    def load(cls, path: str | Path) -> Checkpoint:
-        """Read ``whale_checkpoint.json`` of a checkpoint dir; ``path`` is where the dir is now (it may have moved)."""
-        data = json.loads((Path(path) / CHECKPOINT_FILE).read_text())
-        return cls(**{**data, "path": str(Path(path).resolve())})
 
 
 @dataclass
@@ -177,33 +97,12 @@ class LegResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def completions_per_step(cfg: WeightsConfig) -> int:
-    """Completions TRL generates per optimizer step (single process)."""
-    accum = int(cfg.extra.get("gradient_accumulation_steps", 1))
-    iters = int(cfg.extra.get("num_iterations", 1))
-    return max(1, cfg.per_device_train_batch_size * accum // iters)
-
-
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """Silence transformers' "gradient_checkpointing is deprecated ... v6" FutureWarnings that TRL/PEFT trigger."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*deprecated and will be removed in v6.*", category=FutureWarning)
         yield
-
-
-def _tensor_hash(files: Sequence[Path]) -> str:
-    import torch
-    from safetensors.torch import load_file
-
-    h = hashlib.sha256()
-    for f in sorted(files):
-        tensors = load_file(str(f))
-        for name in sorted(tensors):
-            t = tensors[name].contiguous()
-            h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-            h.update(t.view(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
 
 
 def _valid_checkpoints(trainer_dir: Path) -> list[tuple[int, Path]]:
@@ -482,7 +381,7 @@ def train_weights_leg(
     steps_done = int(trainer.state.global_step)
     metrics = _step_metrics(trainer.state.log_history, per_step)
     with _quiet():
-        ckpt = _save_checkpoint(
+        ckpt = save_checkpoint(
             trained, tokenizer, final_dir, harness.sha, parent_checkpoint, adapter_base, policy, steps_done
         )
     result = LegResult(
@@ -538,31 +437,6 @@ def _filtered_problems(
     saved = {"kept": [p.id for p in kept], "cost": res.completions, "probed": len(probed), "mean": sum(acc) / len(acc)}
     store.write_text(json.dumps(saved))
     return kept, res.completions
-
-
-def _save_checkpoint(
-    model: Any, tokenizer: Any, final_dir: Path, harness_sha: str, parent: Checkpoint | None, adapter_base: str,
-    policy: Any, steps_done: int,
-) -> Checkpoint:  # fmt: skip
-    """Save the trained adapter (or model) and tokenizer; write ``whale_checkpoint.json`` (id = hash of tensors)."""
-    from peft import PeftModel
-
-    shutil.rmtree(final_dir, ignore_errors=True)
-    final_dir.mkdir(parents=True)
-    is_lora = isinstance(model, PeftModel)
-    model.save_pretrained(str(final_dir))
-    tokenizer.save_pretrained(str(final_dir))
-    weights = list(final_dir.glob("*.safetensors"))
-    if not weights:
-        raise RuntimeError(f"no safetensors weights were written to {final_dir}")
-    full_base = parent.base_model if parent else str(policy.base_path)
-    ckpt = Checkpoint(
-        id=_tensor_hash(weights), path=str(final_dir), parent_id=parent.id if parent else None,
-        harness_sha=harness_sha, base_model=adapter_base if is_lora else full_base,
-        step=(parent.step if parent else 0) + steps_done, is_lora=is_lora,
-    )  # fmt: skip
-    (final_dir / CHECKPOINT_FILE).write_text(json.dumps(asdict(ckpt), indent=1, sort_keys=True))
-    return ckpt
 
 
 def _load_result(result_file: Path, final_dir: Path) -> LegResult:
