@@ -173,7 +173,8 @@ def plain(overrides: list[str], legs: list[str]) -> None:
     from whale_core.harness import Harness
     from whale_core.refs import PolicyRef
     from whale_core.rollout import rollout
-    from whale_core.search import make_proposer, run_harness_leg, validation_order
+    from whale_core.scoring import validation_order
+    from whale_core.search import make_proposer, run_harness_leg
     from whale_core.suites import load_suite
     from whale_core.weights import train_weights_leg
 

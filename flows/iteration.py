@@ -26,7 +26,8 @@ from whale_core.budget import Budget
 from whale_core.proposers.base import Proposal, ProposalContext, ProposerUnavailable, check_candidate
 from whale_core.refs import HarnessRef, PolicyRef
 from whale_core.schedule import Decision, LegOutcome
-from whale_core.search import ScoreBlock, run_harness_leg
+from whale_core.scoring import ScoreBlock
+from whale_core.search import run_harness_leg
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ One leg (`run_harness_leg`):
 
 Every rollout is charged to the budget (``harness`` kind) and recorded as an evaluation in the archive, with its
 traces on disk. Scores are cached per (harness sha, policy id): promoting a candidate to a larger subset only rolls
-out the problems it has not seen.
+out the problems it has not seen (`whale_core.scoring`).
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ from whale_core.proposers.base import (
     ProposerUnavailable,
     check_candidate,
 )
+from whale_core.scoring import BudgetStop, RollMany, ScoreBlock, Scorer, score_block, validation_order
 from whale_core.selection import PairedResult, paired_test, pareto_front, successive_halving
-from whale_core.suites.base import Problem, Suite
+from whale_core.suites.base import Suite
 
 
 class SearchConfig(BaseModel):
@@ -140,91 +141,6 @@ class HarnessLegResult:
             }
             for c, flag in zip(scored, flags, strict=True)
         ]
-
-
-@dataclass
-class ScoreBlock:
-    """Per-problem results of one harness on a contiguous slice ``[start, end)`` of the validation ordering."""
-
-    scores: list[float]
-    prompt_tokens: list[int]
-    completions: int
-    traces: list[dict[str, Any]]
-
-
-RollMany = Callable[[list[tuple[Harness, int, int]]], list[ScoreBlock]]
-
-
-def score_block(
-    policy: Any, harness: Harness, suite: Suite, problems: Sequence[Problem], *, batch_size: int, seed: int
-) -> ScoreBlock:
-    """Roll out ``harness`` on ``problems`` (demos from the train split) and keep what the leg needs."""
-    from dataclasses import asdict
-
-    from whale_core.rollout import rollout
-
-    result = rollout(
-        policy,
-        harness,
-        suite,
-        problems,
-        demo_pool=suite.problems("train"),
-        batch_size=batch_size,
-        seed=seed,
-        split="val",
-    )
-    return ScoreBlock(
-        scores=[float(t.score) for t in result.traces],
-        prompt_tokens=[int(t.prompt_tokens) for t in result.traces],
-        completions=int(result.completions),
-        traces=[asdict(t) for t in result.traces],
-    )
-
-
-class _Scorer:
-    """Per-harness score cache over nested prefixes of one validation ordering; extends only what is missing and
-    scores several harnesses at once through ``roll_many`` (sequential here, fanned out by the orchestrator)."""
-
-    def __init__(self, roll_many: RollMany, n_problems: int, budget: Budget | None):
-        self.roll_many = roll_many
-        self.n_problems = n_problems
-        self.budget = budget
-        self.scores: dict[str, list[float]] = {}
-        self.tokens: dict[str, list[int]] = {}
-        self.traces: dict[str, list[dict[str, Any]]] = {}
-        self.completions = 0
-
-    def ensure(self, harnesses: Sequence[Harness], n: int) -> None:
-        jobs = [(h, len(self.scores.get(h.sha, [])), n) for h in harnesses if len(self.scores.get(h.sha, [])) < n]
-        if not jobs:
-            return
-        need = sum((end - start) * h.spec.inference.samples for h, start, end in jobs)
-        if self.budget is not None and self.budget.remaining("harness") < need:
-            raise _BudgetStop(
-                f"harness budget exhausted: {self.budget.remaining('harness')} completions left, {need} needed"
-            )
-        for (h, _start, _end), block in zip(jobs, self.roll_many(jobs), strict=True):
-            self.scores.setdefault(h.sha, []).extend(block.scores)
-            self.tokens.setdefault(h.sha, []).extend(block.prompt_tokens)
-            self.traces.setdefault(h.sha, []).extend(block.traces)
-            self.completions += block.completions
-            if self.budget is not None:
-                self.budget.charge("harness", min(block.completions, self.budget.remaining("harness")))
-
-    def score(self, harness: Harness, n: int) -> list[float]:
-        self.ensure([harness], n)
-        return self.scores[harness.sha][:n]
-
-    def prompt_tokens(self, sha: str) -> float | None:
-        toks = self.tokens.get(sha)
-        return sum(toks) / len(toks) if toks else None
-
-
-def validation_order(suite: Suite, seed: int) -> list[Problem]:
-    """A fixed, seeded ordering of the validation split (prefixes of it are the halving subsets)."""
-    problems = list(suite.problems("val"))
-    random.Random(f"val-order-{seed}").shuffle(problems)
-    return problems
 
 
 def archive_entries(
@@ -347,7 +263,7 @@ def run_harness_leg(
     def local_roll_many(jobs: list[tuple[Harness, int, int]]) -> list[ScoreBlock]:
         return [score_block(policy, h, suite, problems[i:j], batch_size=batch_size, seed=seed) for h, i, j in jobs]
 
-    scorer = _Scorer(roll_many or local_roll_many, len(problems), budget)
+    scorer = Scorer(roll_many or local_roll_many, len(problems), budget)
     proposer = proposer or make_proposer(cfg, seed)
 
     def record(h: Harness, n: int) -> None:
@@ -371,7 +287,7 @@ def run_harness_leg(
     archive.put_harness(incumbent.sha, incumbent.text, incumbent.name, incumbent.parent)
     try:
         inc_scores = scorer.score(incumbent, full)
-    except _BudgetStop as stop:
+    except BudgetStop as stop:
         return HarnessLegResult(incumbent, incumbent, False, float("nan"), None, None, [], 0, str(stop))
     record(incumbent, full)
     inc_score = sum(inc_scores) / len(inc_scores)
@@ -460,7 +376,7 @@ def run_harness_leg(
             return have + [0.0] * (n - len(have))
         try:
             return scorer.score(valid[sha], n)
-        except _BudgetStop as stop:
+        except BudgetStop as stop:
             stopped = str(stop)
             have = scorer.scores.get(sha, [])[:n]
             return have + [0.0] * (n - len(have))
@@ -471,7 +387,7 @@ def run_harness_leg(
             return
         try:
             scorer.ensure([valid[sha] for sha in alive], n)
-        except _BudgetStop as stop:
+        except BudgetStop as stop:
             stopped = str(stop)
 
     halving = successive_halving(list(valid), score_fn, sizes, keep_fraction=cfg.keep_fraction, prefetch=prefetch)
@@ -526,10 +442,6 @@ def run_harness_leg(
         reason=why,
         proposer_usage=usage,
     )
-
-
-class _BudgetStop(Exception):
-    """The harness share of the budget cannot pay for the next rollouts."""
 
 
 def _write_traces(path: Path, traces: Sequence[dict[str, Any]]) -> None:
