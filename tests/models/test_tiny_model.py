@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from whale_core.harness import Harness
-from whale_core.models import tiny
+from whale_core.models import tiny, warmup
 from whale_core.models.policy import load_policy
 from whale_core.models.tiny import TinyRecipe, build_tiny_model, make_tokenizer, warmup_formats
 
@@ -169,7 +169,7 @@ def test_training_sequences_label_every_answer() -> None:
     tok = make_tokenizer()
     h = Harness.from_text(arith.seed_harness).evolve(fewshot={"k": 2}, answer={"reverse": True})
     p, d1, d2 = arith.problems("train")[:3]
-    ids, labels = tiny._sequence(h, p, [d1, d2], tok)
+    ids, labels = warmup.sequence(h, p, [d1, d2], tok)
     text = h.render(p, [d1, d2]) + p.answer[::-1]
     assert ids == [*tok(text).input_ids, tok.eos_token_id]
     labelled = "".join(tok.convert_ids_to_tokens(t) if t >= 0 else "_" for t in labels)
@@ -178,8 +178,8 @@ def test_training_sequences_label_every_answer() -> None:
         for i, q in enumerate([d1, d2, p])
     )
     assert labelled == expected
-    chat = h.evolve(messages=tiny.CHAT_MESSAGES)
-    ids, labels = tiny._sequence(chat, p, [d1, d2], tok)
+    chat = h.evolve(messages=warmup.CHAT_MESSAGES)
+    ids, labels = warmup.sequence(chat, p, [d1, d2], tok)
     assert tok.decode(ids).startswith("<bos>Add the two numbers.\n")
     assert sum(t >= 0 for t in labels) == sum(len(q.answer) + 1 for q in (d1, d2, p))
 
@@ -201,5 +201,5 @@ def test_training_never_draws_held_out_problems() -> None:
     fmt = [f for f in warmup_formats(recipe) if f.name == "plain-p0-k0"]
     h = [Harness.from_text(fmt[0].harness)]
     tok = make_tokenizer()
-    seqs = tiny._examples(recipe, fmt, h, suites, tok, random.Random(0), 5, everything)
+    seqs = warmup.examples(recipe, fmt, h, suites, tok, random.Random(0), 5, everything)
     assert {tok.decode(ids, skip_special_tokens=True) for ids, _ in seqs} == {"Add the two numbers.\n10+10=20"}
