@@ -94,8 +94,8 @@ def checkpoint_from_dir(path: str | Path) -> Any:
     """Read the `checkpoints.Checkpoint` a leg saved (``whale_checkpoint.json``)."""
     import json
 
-    from whale_core.checkpoints import Checkpoint
+    from whale_core.checkpoints import CHECKPOINT_FILE, Checkpoint
 
-    data = json.loads((Path(path) / "whale_checkpoint.json").read_text())
+    data = json.loads((Path(path) / CHECKPOINT_FILE).read_text())
     fields = Checkpoint.__dataclass_fields__
     return Checkpoint(**{k: v for k, v in data.items() if k in fields})

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from whale_core.models import shipped, tiny
+from whale_core.models import shipped, tiny, warmup
 from whale_core.models.shipped import ShippedModelError
 from whale_core.models.tiny import TinyRecipe, build_tiny_model
 
@@ -54,7 +54,7 @@ def test_shipped_model_scores_here_what_its_report_says(tiny_model_dir: Path) ->
 
     report = json.loads((tiny_model_dir / "warmup_report.json").read_text())
     recipe = TinyRecipe()
-    formats = {f.name: Harness.from_text(f.harness) for f in tiny.warmup_formats(recipe)}
+    formats = {f.name: Harness.from_text(f.harness) for f in warmup.warmup_formats(recipe)}
     policy = load_policy(tiny_model_dir, device="cpu")
     problems = tiny._eval_problems(recipe, 3)
     here = {}

@@ -13,7 +13,8 @@ import yaml
 from whale_core.harness import Harness
 from whale_core.models import tiny, warmup
 from whale_core.models.policy import load_policy
-from whale_core.models.tiny import TinyRecipe, build_tiny_model, make_tokenizer, warmup_formats
+from whale_core.models.tiny import TinyRecipe, build_tiny_model, make_tokenizer
+from whale_core.models.warmup import warmup_formats
 
 # A recipe small enough to build in seconds (a few steps of a 1-layer model, tiny evaluation).
 MICRO = TinyRecipe(

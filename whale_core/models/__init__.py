@@ -3,12 +3,13 @@
 Importing this package is cheap: torch, transformers and peft are imported inside the functions that need them.
 
     from whale_core.models import load_policy, build_tiny_model, TinyRecipe
-    policy = load_policy("tiny")                     # builds + caches the tiny model on first use
+    policy = load_policy("tiny")                     # installs the shipped tiny model on first use
     policy = load_policy("/path/to/hf-model", adapter="/path/to/lora")
 """
 
 from whale_core.models.policy import Policy, PolicyLoadError, base_model_id, load_policy, select_device
-from whale_core.models.tiny import TinyRecipe, WarmupFormat, build_tiny_model, make_tokenizer, tiny_model_dir
+from whale_core.models.tiny import TinyRecipe, build_tiny_model, make_tokenizer, tiny_model_dir
+from whale_core.models.warmup import WarmupFormat
 
 __all__ = [
     "Policy",

@@ -86,13 +86,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from whale_core.harness import Harness
-from whale_core.models.warmup import Sequence_, WarmupFormat, examples, load_arith_and_sort, warmup_formats
+from whale_core.models.warmup import Sequence_, examples, load_arith_and_sort, warmup_formats
 from whale_core.suites.base import Problem
 
 if TYPE_CHECKING:
     from whale_core.suites.base import Suite
 
-__all__ = ["TinyRecipe", "WarmupFormat", "build_tiny_model", "make_tokenizer", "tiny_model_dir", "warmup_formats"]
+__all__ = ["TinyRecipe", "build_tiny_model", "make_tokenizer", "tiny_model_dir"]
 
 BUILDER_VERSION = 1
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
