@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from whale_core.budget import Budget
@@ -35,8 +35,6 @@ def score_block(
     policy: Any, harness: Harness, suite: Suite, problems: Sequence[Problem], *, batch_size: int, seed: int
 ) -> ScoreBlock:
     """Roll out ``harness`` on ``problems`` (demos from the train split) and keep what the leg needs."""
-    from dataclasses import asdict
-
     from whale_core.rollout import rollout
 
     result = rollout(
