@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from whale_core import db_templates
+from whale_core.errors import WhaleError
 
 if TYPE_CHECKING:
     from prefect.settings import Settings
@@ -147,7 +148,7 @@ def save_prefect_template(path: Path) -> None:
         log.warning("no Prefect database template saved: %s: %s", type(exc).__name__, exc)
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(WhaleError, RuntimeError):
     """WHALE's temporary server exited or did not answer in time (the message quotes its log's tail)."""
 
 

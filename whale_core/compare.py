@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from whale_core.errors import WhaleError
 from whale_core.robustness import RobustnessConfig
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ WHALE_MODES: tuple[str, ...] = ("whale-adaptive", "whale-fixed")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 
 
-class CompareError(ValueError):
+class CompareError(WhaleError, ValueError):
     """A comparison that cannot run as asked (bad id, unknown mode, a resumed run whose config changed)."""
 
 

@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from whale_core.budget import BudgetConfig
+from whale_core.errors import WhaleError
 from whale_core.schedule import ScheduleConfig
 from whale_core.search import SearchConfig
 from whale_core.suites import SuiteConfig
@@ -29,7 +30,7 @@ Mode = Literal["whale-adaptive", "whale-fixed", "weights-only", "harness-only", 
 MODES: tuple[str, ...] = ("whale-adaptive", "whale-fixed", "weights-only", "harness-only", "prompt-weights")
 
 
-class ConfigError(ValueError):
+class ConfigError(WhaleError, ValueError):
     """A configuration problem, with a message that names the key and says what is valid."""
 
 

@@ -16,6 +16,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from whale_core.errors import WhaleError
+
 SCHEMA_VERSION = 1
 RunStatus = Literal["running", "finished", "failed", "stopped"]
 CandidateStatus = Literal["proposed", "rejected", "scored", "accepted", "lost"]
@@ -24,7 +26,7 @@ LegStatus = Literal["running", "done", "failed"]
 EvalSplit = Literal["train", "val", "test"]
 
 
-class ArchiveError(RuntimeError):
+class ArchiveError(WhaleError, RuntimeError):
     """Base class for archive errors."""
 
 

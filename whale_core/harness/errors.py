@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from whale_core.errors import WhaleError
 
-class HarnessError(ValueError):
+
+class HarnessError(WhaleError, ValueError):
     """An invalid harness: ``field`` (dotted path, ``""`` = whole document) and ``problem`` (human text)."""
 
     def __init__(self, field: str, problem: str) -> None:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from whale_core.errors import WhaleError
+
 if TYPE_CHECKING:
     import torch
 
@@ -31,7 +33,7 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
-class PolicyLoadError(RuntimeError):
+class PolicyLoadError(WhaleError, RuntimeError):
     """A model or adapter could not be loaded; the message names the path or id and what to do."""
 
 

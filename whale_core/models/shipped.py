@@ -35,6 +35,8 @@ import hashlib
 import shutil
 from pathlib import Path
 
+from whale_core.errors import WhaleError
+
 __all__ = ["SHIPPED_ROOT", "ShippedModelError", "install", "ship", "shipped_dir", "verify"]
 
 SHIPPED_ROOT = Path(__file__).resolve().parent / "shipped"
@@ -42,7 +44,7 @@ CHECKSUMS = "SHA256SUMS"
 REQUIRED = ("config.json", "model.safetensors", "tokenizer.json", "recipe.json", "warmup_report.json")
 
 
-class ShippedModelError(RuntimeError):
+class ShippedModelError(WhaleError, RuntimeError):
     """The shipped model copy is incomplete or damaged (names the file and what was expected)."""
 
 

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from whale_core.errors import WhaleError
 from whale_core.suites.base import Suite
 
 BUILTIN_SUITES: dict[str, str] = {
@@ -36,7 +37,7 @@ BUILTIN_SUITES: dict[str, str] = {
 }
 
 
-class SuiteError(ValueError):
+class SuiteError(WhaleError, ValueError):
     """A suite could not be configured or loaded; the message names the offending key, name, file or line."""
 
 
