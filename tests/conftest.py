@@ -25,7 +25,8 @@ setup_offline_env(TEST_HOME)
 # ----------------------------------------------------------------------------------------- models (shared fixtures)
 # `tiny_model_dir` / `tiny_policy`: the default built-in tiny model (built once per test home, then cached across
 # sessions by its recipe hash). `micro_model_dir` / `micro_policy`: a random-init ~40k-parameter char-level Llama with
-# the tiny model's tokenizer, for tests that only need *a* model (fast, no build).
+# the tiny model's tokenizer, for tests that only need *a* model (fast, no build). `small_llama_dir`: a random-init
+# Llama with a BPE tokenizer and a chat template (tests/small_llama.py), for real-model code paths.
 
 import pytest  # noqa: E402
 
@@ -70,6 +71,15 @@ def micro_policy(micro_model_dir: Path):  # type: ignore[no-untyped-def]
     from whale_core.models.policy import load_policy
 
     return load_policy(micro_model_dir, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def small_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real-shaped small causal LM: byte-level BPE, SmolLM2's special tokens and chat template, pad == eos, random
+    init (tests/small_llama.py). For code paths that must work on real instruct models, not just the tiny one."""
+    from small_llama import build_small_llama
+
+    return build_small_llama(tmp_path_factory.mktemp("small-llama"))
 
 
 @pytest.fixture(autouse=True)
