@@ -41,7 +41,10 @@ def build_small_llama(path: Path, *, hidden: int = 48, layers: int = 2, seed: in
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+        vocab_size=400,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tk.train_from_iterator(_corpus(), trainer=trainer)
     tok = PreTrainedTokenizerFast(
