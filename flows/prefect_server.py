@@ -66,6 +66,10 @@ log = logging.getLogger("whale.prefect_server")
 
 RECORDER_BATCH = 200  # task-run events per insert (Prefect's default: 1)
 RECORDER_FLUSH_S = 2.0  # at most this long between inserts (Prefect's default: 5 s, moot at batch size 1)
+# How long `TemporaryServer.stop` lets the server shut down after SIGTERM before it SIGKILLs it. The recorder's last
+# batch is written during that shutdown (a SIGKILLed server loses it), and on a loaded 2-core machine the shutdown
+# can take longer than the 5 s Prefect's own server gets; an idle one stops in well under a second.
+STOP_GRACE_S = 60.0
 
 __all__ = [
     "ServerStartError",
@@ -226,11 +230,12 @@ class TemporaryServer:
             time.sleep(0.05)
 
     def stop(self) -> None:
-        """Terminate the server (SIGTERM, then SIGKILL after 5 s). Idempotent."""
+        """Terminate the server (SIGTERM, then SIGKILL after `STOP_GRACE_S`: its shutdown writes the task-run
+        recorder's last batch). Idempotent."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(timeout=5)
+                self.process.wait(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()

@@ -1,7 +1,12 @@
 """Print, as JSON, every Prefect task run created at or after a given time: name, tags, state name and the name of
 the flow run it ran in (``RUN_ID`` for a run's own tasks, ``RUN_ID/iteration-N`` inside an iteration).
 
-Run as a subprocess with the same PREFECT_HOME as the run under test (its own ephemeral server reads that DB)."""
+Run as a subprocess with the same WHALE_HOME / PREFECT_HOME as the run under test. It reads that home's Prefect
+database through a temporary server started the way a `whale` command starts one (`whale_core.env.setup_offline_env`,
+then WHALE's `flows.prefect_server`, waited for with the CLI's start-up timeout), not through Prefect's own
+temporary server: that one waits only ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`` (Prefect's default 20,
+counted in 0.1 s sleeps), which a loaded 2-core machine exceeded (measured: 1 of 3 probes beside two CPU hogs
+raised "Timed out while attempting to connect to ephemeral Prefect API server"; the probe took 32-50 s there)."""
 
 from __future__ import annotations
 
@@ -10,11 +15,23 @@ import json
 import sys
 from datetime import datetime
 
+from whale_core.env import setup_offline_env
+
+setup_offline_env()  # before Prefect is imported: offline, no telemetry, the CLI's 120 s start-up timeout
+
+from flows import prefect_server  # noqa: E402  (after the environment is set, before Prefect is imported)
+
+prefect_server.start()
+
 
 async def _main(since: datetime) -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.sorting import TaskRunSort
+    from prefect.settings import get_current_settings
 
+    server = prefect_server.settle()
+    if server is not None:
+        server.wait(get_current_settings().server.ephemeral.startup_timeout_seconds)
     out = []
     flow_names: dict[object, str] = {}
     async with get_client() as client:
