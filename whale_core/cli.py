@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from whale_core.cli_models import models_app
 from whale_core.env import setup_offline_env
 
 app = typer.Typer(
@@ -27,6 +28,7 @@ app = typer.Typer(
     rich_markup_mode="markdown",
     pretty_exceptions_show_locals=False,
 )
+app.add_typer(models_app, name="models")
 
 ModelOpt = Annotated[
     str, typer.Option("--model", "-m", help="'tiny' (built locally on first use) or a local HF model dir")

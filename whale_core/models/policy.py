@@ -110,6 +110,12 @@ def _resolve_model_dir(model: str | Path, home: Path | None) -> Path:
         from whale_core.models.tiny import build_tiny_model
 
         return build_tiny_model(home)
+    if isinstance(model, str):  # a named model (`whale models list`): its installed dir, or an install hint
+        from whale_core.models.named import resolve_named
+
+        named = resolve_named(model, home)
+        if named is not None:
+            return named
     path = Path(model).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
