@@ -8,7 +8,8 @@ Public API::
     h.select_demos(problem, pool, seed) / h.render(problem, demos, tokenizer=None)
     h.encode_answer(gold) / h.parse_answer(completion)  # AnswerParseError when no answer is found
 
-Modules: `errors`, `spec` (schema, canonical text, hash), `render` (sandboxed Jinja2, few-shot), `parse` (answer
+Modules: `errors`, `spec` (schema, canonical text, hash), `render` (sandboxed Jinja2, few-shot), `bounds` (the
+render-time limits: steps, work, value sizes, time), `parse` (answer
 encoding, parse pipeline), `regexes` (time-limited regexes and the catastrophic-pattern check), `core` (`Harness`).
 """
 

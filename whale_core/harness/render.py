@@ -9,9 +9,16 @@ Templates are untrusted data (a proposer may be an LLM), so they pass two gates:
    attribute or item access to names starting with ``_`` (``{{ ''.__class__ }}``), every call (``{{ x.upper() }}``,
    ``{{ cycler.__init__.__globals__ }}``), ``import``/``include``/``extends``/``macro``/``block``/``call``,
    set-blocks, filter-blocks, ``with`` and autoescape blocks.
-2. Rendering uses `jinja2.sandbox.ImmutableSandboxedEnvironment` with `StrictUndefined`, autoescape off, no globals
-   (no ``range``, ``cycler``, ``lipsum``, ``namespace``), and only the allowlisted filters and tests installed, so a
-   check that missed something still meets the sandbox. Output is capped at `MAX_RENDER_CHARS`.
+2. Rendering uses `bounds.BoundedSandbox` (an `ImmutableSandboxedEnvironment`) with `StrictUndefined`, autoescape
+   off, no globals (no ``range``, ``cycler``, ``lipsum``, ``namespace``), and only the allowlisted filters and tests
+   installed, so a check that missed something still meets the sandbox. Every render runs under the bounds of
+   `bounds` (steps, work, value sizes, wall time; intermediate values included), and the output is capped at
+   `MAX_RENDER_CHARS`.
+
+`check_template` also refuses what is wasteful on its face (``replace`` with a literal empty search string, a loop
+whose body prints nothing), compiles the template, and renders it once on a probe context (every variable bound to
+`PROBE_TEXT`): a template that goes over the bounds on a 110-char field is refused at validation, so an LLM's
+candidate that would hang ends as a recorded rejection, not as a slow scoring leg.
 
 The template sees the problem's fields plus ``instruction`` (the harness's instruction wins over a problem field of
 that name). Demo selection is seeded by ``(seed, problem.id)`` with `random.Random` on a string seed, which is
@@ -27,9 +34,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jinja2
+import jinja2.meta
 from jinja2 import StrictUndefined, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from whale_core.harness import bounds
+from whale_core.harness.bounds import MAX_RENDER_CHARS, BoundedSandbox, LimitExceeded, OutputTooLarge
 from whale_core.harness.errors import HarnessError, RenderError
 from whale_core.suites.base import Problem
 
@@ -47,7 +57,7 @@ ALLOWED_TESTS = frozenset(
     }
 )  # fmt: skip
 MAX_LOOP_DEPTH = 2
-MAX_RENDER_CHARS = 65536
+__all__ = ["MAX_RENDER_CHARS", "check_template", "render_source", "sandbox", "select_demos"]
 
 _ALLOWED_NODES: tuple[type[nodes.Node], ...] = (
     nodes.Template, nodes.Output, nodes.TemplateData, nodes.Name, nodes.Const, nodes.If, nodes.For, nodes.Assign,
@@ -74,18 +84,22 @@ _NODE_WORDS: dict[type[nodes.Node], str] = {
 
 @functools.lru_cache(maxsize=1)
 def sandbox() -> ImmutableSandboxedEnvironment:
-    """The one rendering environment: immutable sandbox, strict undefined, no globals, allowlisted filters/tests."""
-    env = ImmutableSandboxedEnvironment(
+    """The one rendering environment: the bounded immutable sandbox (`bounds`), strict undefined, no globals,
+    allowlisted filters (each wrapped with size checks) and tests."""
+    env = BoundedSandbox(
         undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True, auto_reload=False, cache_size=0
     )
     env.globals.clear()
-    env.filters = {k: v for k, v in env.filters.items() if k in ALLOWED_FILTERS}
+    bounds.install(env, ALLOWED_FILTERS)
     env.tests = {k: v for k, v in env.tests.items() if k in ALLOWED_TESTS}
     return env
 
 
 def check_template(source: str, field: str) -> None:
-    """Raise `HarnessError` (with ``field``) if ``source`` is not a template that this sandbox accepts."""
+    """Raise `HarnessError` (with ``field``) if ``source`` is not a template that this sandbox accepts: it must
+    parse, pass the AST allowlist (`_walk`), compile, and render a probe context (every variable bound to
+    `PROBE_TEXT`) within the step, work, value-size and time bounds of `bounds` (the probe's other errors, such as
+    a missing attribute or too long an output, depend on the real data and are ignored)."""
     try:
         tree = sandbox().parse(source)
     except jinja2.TemplateSyntaxError as e:
@@ -95,6 +109,23 @@ def check_template(source: str, field: str) -> None:
     problem = _walk(tree, loop_depth=0)
     if problem:
         raise HarnessError(field, f"unsafe template: {problem}")
+    try:
+        _compiled(source)
+    except (RecursionError, MemoryError, SyntaxError, jinja2.TemplateError) as e:
+        raise HarnessError(field, f"template does not compile: {type(e).__name__}: {e}") from None
+    probe = dict.fromkeys(jinja2.meta.find_undeclared_variables(tree), PROBE_TEXT)
+    try:
+        _render(source, probe)
+    except OutputTooLarge:  # the real fields may well be shorter; render_source enforces the cap
+        pass
+    except LimitExceeded as e:
+        probe_note = f"(with every variable = a {len(PROBE_TEXT)}-char text)"
+        raise HarnessError(field, f"template too costly: {e} {probe_note}") from None
+    except Exception:  # a probe value of the wrong type is expected: only the bounds matter here
+        pass
+
+
+PROBE_TEXT = "12 + 345 = ? abc XYZ.\n" * 5
 
 
 def _walk(node: nodes.Node, loop_depth: int) -> str | None:
@@ -117,12 +148,18 @@ def _walk(node: nodes.Node, loop_depth: int) -> str | None:
         return "the 'attribute' argument is not allowed"
     if isinstance(node, nodes.Mod) and isinstance(node.left, nodes.Const) and isinstance(node.left.value, str):
         return "string formatting with % is not allowed"
+    if isinstance(node, nodes.Filter) and node.name == "replace":
+        old = node.args[0] if node.args else next((k.value for k in node.kwargs if k.key == "old"), None)
+        if isinstance(old, nodes.Const) and old.value == "":
+            return "replace with an empty search string is not allowed (it inserts between every character)"
     if isinstance(node, nodes.For):
         if node.recursive:
             return "recursive loops are not allowed"
         loop_depth += 1
         if loop_depth > MAX_LOOP_DEPTH:
             return f"loops nested deeper than {MAX_LOOP_DEPTH} are not allowed"
+        if not any(isinstance(n, nodes.Output) or n.find(nodes.Output) is not None for n in node.body):
+            return "a loop whose body prints nothing is not allowed (it can only waste time)"
     for child in node.iter_child_nodes():
         problem = _walk(child, loop_depth)
         if problem:
@@ -132,27 +169,35 @@ def _walk(node: nodes.Node, loop_depth: int) -> str | None:
 
 @functools.lru_cache(maxsize=256)
 def _compiled(source: str) -> jinja2.Template:
-    return sandbox().from_string(source)
+    env = sandbox()
+    return env.from_string(bounds.bound_tree(env.parse(source), env))
 
 
-def render_source(source: str, context: Mapping[str, Any], field: str, problem_id: str) -> str:
-    """Render a checked template over ``context``; raise `RenderError` naming the problem and the cause."""
+def _render(source: str, context: Mapping[str, Any]) -> str:
+    """Render under a fresh `bounds.budget`; raises `LimitExceeded` past a bound, else whatever the template does."""
     chunks: list[str] = []
     size = 0
-    try:
+    with bounds.budget():
         for chunk in _compiled(source).generate(dict(context)):
             size += len(chunk)
             if size > MAX_RENDER_CHARS:
-                raise RenderError(field, f"problem {problem_id!r}: rendered text exceeds {MAX_RENDER_CHARS} chars")
+                raise OutputTooLarge(f"rendered text exceeds {MAX_RENDER_CHARS} chars")
             chunks.append(chunk)
-    except RenderError:
-        raise
+    return "".join(chunks)
+
+
+def render_source(source: str, context: Mapping[str, Any], field: str, problem_id: str) -> str:
+    """Render a checked template over ``context``, within the bounds of `bounds` (time, steps, sizes); raise
+    `RenderError` naming the problem and the cause."""
+    try:
+        return _render(source, context)
+    except LimitExceeded as e:
+        raise RenderError(field, f"problem {problem_id!r}: {e}") from None
     except jinja2.UndefinedError as e:
         names = ", ".join(sorted(k for k in context if k != "instruction"))
         raise RenderError(field, f"problem {problem_id!r}: {e.message} (problem fields: {names})") from None
     except Exception as e:  # the sandbox, a bad filter argument, a division by zero: all per-problem failures
         raise RenderError(field, f"problem {problem_id!r}: {type(e).__name__}: {e}") from None
-    return "".join(chunks)
 
 
 def context_for(problem: Problem, instruction: str) -> dict[str, Any]:
@@ -233,33 +278,16 @@ def render_chat_messages(
     demos: Sequence[Problem],
     encode: Callable[[str], str],
 ) -> list[dict[str, str]]:
-    """Chat messages for ``problem``: leading system messages, then one (user, assistant) pair per demo (the user
-    turn is the last user message rendered on the demo), then the remaining messages rendered on the problem."""
-    n_system = 0
-    while n_system < len(messages) and messages[n_system][0] == "system":
-        n_system += 1
-    last_user = max(i for i, (role, _) in enumerate(messages) if role == "user")
-    ctx = context_for(problem, instruction)
+    """Chat messages for ``problem``: system messages, one (user, assistant) turn pair per demo, then the problem's
+    messages (`whale_core.harness.chat.chat_messages`)."""
+    from whale_core.harness.chat import chat_messages
 
-    def one(i: int, context: Mapping[str, Any], pid: str) -> str:
-        return render_source(messages[i][1], context, f"messages[{i}].content", pid)
-
-    out = [{"role": messages[i][0], "content": one(i, ctx, problem.id)} for i in range(n_system)]
-    for d in demos:
-        out.append({"role": "user", "content": one(last_user, context_for(d, instruction), d.id)})
-        out.append({"role": "assistant", "content": encode(d.answer)})
-    out += [{"role": messages[i][0], "content": one(i, ctx, problem.id)} for i in range(n_system, len(messages))]
-    return out
+    return chat_messages(messages, instruction, problem, demos, encode)
 
 
 def apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    """``tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)``, checked to be text."""
-    if tokenizer is None:
-        raise RenderError("messages", "this harness is in chat mode (messages): render() needs a tokenizer")
-    try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    except Exception as e:
-        raise RenderError("messages", f"the tokenizer's chat template failed: {type(e).__name__}: {e}") from None
-    if not isinstance(text, str):
-        raise RenderError("messages", f"apply_chat_template returned {type(text).__name__}, expected str")
-    return text
+    """The tokenizer's own chat template over ``messages``: generation prompt last, or a final assistant reply prefix
+    left open (`whale_core.harness.chat.apply_template`)."""
+    from whale_core.harness.chat import apply_template
+
+    return apply_template(tokenizer, messages)
