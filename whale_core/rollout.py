@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from whale_core.harness import AnswerParseError, Harness
+from whale_core.harness import chat as _chat
 from whale_core.suites.base import Problem, Suite
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ def rollout(
             errors[i] = f"render: {exc}"
     ok = [i for i in range(n) if errors[i] is None]
     if ok:
-        enc = tok([prompts[i] for i in ok], add_special_tokens=not harness.is_chat).input_ids
+        enc = _chat.prompt_ids(tok, [prompts[i] for i in ok], chat=harness.is_chat)
         for i, ids in zip(ok, enc, strict=True):
             if max_pos is not None and len(ids) + spec.decoding.max_new_tokens > max_pos:
                 errors[i] = f"prompt too long: {len(ids)} tokens + {spec.decoding.max_new_tokens} new > {max_pos}"

@@ -164,7 +164,7 @@ BASE = "whale_harness: 1\ntemplate: '{{ a }}'\n"
         (BASE + "parent: nope\n", "parent", "sha256"),
         ("whale_harness: 1\nname: x\n", "template", "exactly one of 'template' or 'messages'"),
         (BASE + "messages: [{role: user, content: x}]\n", "template", "exactly one"),
-        ("whale_harness: 1\nmessages: [{role: user, content: a}, {role: assistant, content: b}]\n", "messages", "last"),
+        ("whale_harness: 1\nmessages: [{role: system, content: a}, {role: assistant, content: b}]", "messages", "last"),
         (
             "whale_harness: 1\nmessages: [{role: user, content: a}, {role: system, content: b},"
             " {role: user, content: c}]\n",

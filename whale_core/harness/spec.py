@@ -268,8 +268,10 @@ def validate_spec(data: Mapping[str, Any]) -> HarnessSpec:
         check_template(spec.template, "template")
     if spec.messages is not None:
         roles = [m.role for m in spec.messages]
-        if "user" not in roles or roles[-1] != "user":
-            raise HarnessError("messages", "the last message must have role 'user'")
+        if "user" not in roles or not (roles[-1] == "user" or roles[-2:] == ["user", "assistant"]):
+            raise HarnessError(  # a final assistant message is a reply prefix (whale_core.harness.chat)
+                "messages", "the last message must have role 'user', or be an assistant reply prefix after a user one"
+            )
         first_other = next((i for i, r in enumerate(roles) if r != "system"), len(roles))
         if "system" in roles[first_other:]:
             raise HarnessError("messages", "system messages may only come first")
