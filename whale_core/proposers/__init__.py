@@ -4,7 +4,8 @@
   `ProposerUnavailable`, the validity gate `check_candidate` and the `FORMAT_REFERENCE` shown to LLM proposers.
 - `mutate`: `MutateProposer`, offline seeded generic edits.
 - `llm`: `LLMProposer`, any chat model through litellm (imported lazily).
-- `context`: the LLM prompt built from a context within a token budget.
+- `context`: the LLM prompt built from a context within a token budget (and a compact one for small models).
+- `served`: `ServedProposer`, a local chat model served by WHALE itself (`serve`: its server's start and stop).
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ score). What is trimmed to fit ``context_tokens``: archive entries (lowest-score
 rejections go first) and failing traces (each trace's fields are clipped first — the prompt keeps its tail, where
 the problem is — then the longest traces are dropped first).
 
+`build_compact_messages` is the variant for small local models (`whale_core.proposers.served`): one candidate per
+request, a directed edit of one field of the incumbent, a one-line-per-field format note instead of the full
+reference, and trimming measured with a caller-supplied token counter (the model's own tokenizer).
+
 Simplified: tokens are estimated as ``ceil(chars / 3)`` rather than counted with the provider's tokenizer. That is
 deliberately conservative (English prose averages ~4 chars/token, digit-heavy traces fewer) and it needs no
 tokenizer download and no litellm import, so the prompt is deterministic and cheap to build and to test.
@@ -14,10 +18,19 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Callable
 
 from whale_core.proposers.base import ArchiveEntry, FailingTrace, ProposalContext
 
-__all__ = ["CHARS_PER_TOKEN", "build_messages", "clip", "estimate_tokens"]
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "FIELD_NOTES",
+    "build_compact_messages",
+    "build_messages",
+    "clip",
+    "compact_focus",
+    "estimate_tokens",
+]
 
 CHARS_PER_TOKEN = 3.0
 # Per-field caps for one failing trace (characters); a trace is evidence, not a transcript.
@@ -191,3 +204,99 @@ def build_messages(context: ProposalContext, k: int, context_tokens: int) -> lis
         )
     body.append(task)
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(body)}]
+
+
+# ------------------------------------------------------------------------------------- compact, for small models
+
+COMPACT_SYSTEM_PROMPT = "You edit YAML configuration files. You reply with one YAML document in a ```yaml block."
+
+# What each top-level field means and the values it takes, one line each: a small model gets the field it is asked
+# to change, the values that field takes, and the incumbent as a complete example to copy.
+FIELD_NOTES = {
+    "instruction": "free text shown to the model; templates use it as {{ instruction }}",
+    "template": "a Jinja2 text template over the problem's fields; the model continues after it",
+    "fewshot": "k: number of solved examples put before the problem (0 to 16); select: random, first or similar; "
+    "separator: text between examples",
+    "answer": "how answers are written: reverse: true/false (digits last-first); pad: left-pad with zeros to this "
+    "many characters (0 = none); sep: a separator between characters such as ' ' or ','",
+    "parse": "a list of steps turning the model's text into the answer: {regex: '...'} (first capture group), "
+    "{strip: true}, {first_line: true}, {last_line: true}, {int: true}",
+    "decoding": "temperature: 0 to 2 (0 = greedy); top_p; max_new_tokens: 1 to 512; stop: up to 4 stop strings",
+    "inference": "samples: 1 to 32 completions per problem; aggregate: majority or first (samples > 1 needs "
+    "temperature > 0)",
+}
+
+
+def compact_focus(restrict_to: frozenset[str] | None, seed: int, iteration: int, index: int) -> str:
+    """The field the ``index``-th compact request asks to change: a seeded rotation over the fields that may
+    change (``instruction`` only in prompt-weights mode)."""
+    fields = [f for f in FIELD_NOTES if restrict_to is None or f in restrict_to] or ["instruction"]
+    start = (seed * 7919 + iteration * 104729) % len(fields)
+    return fields[(start + index) % len(fields)]
+
+
+def _compact_archive_line(entry: ArchiveEntry) -> str:
+    name = entry.text.split("name:", 1)[-1].split("\n", 1)[0].strip()[:40] if "name:" in entry.text else "?"
+    if entry.status == "rejected" or entry.score is None:
+        return f"- rejected ({name}): {clip(entry.reason or 'no reason recorded', 160)}"
+    return f"- {name}: score {entry.score:.3f}"
+
+
+def _compact_trace(trace: FailingTrace) -> str:
+    parsed = "nothing" if trace.parsed is None else repr(clip(trace.parsed, 40))
+    return (
+        f"- prompt ends: {clip(trace.prompt, 160, keep='tail')!r}; model wrote {clip(trace.completion, 80)!r}; "
+        f"parsed {parsed}; correct {clip(trace.gold, 40)!r}"
+    )
+
+
+def build_compact_messages(
+    context: ProposalContext, focus: str, context_tokens: int, count: Callable[[str], int] = estimate_tokens
+) -> list[dict[str, str]]:
+    """Chat messages asking a *small* model for one candidate that changes the ``focus`` field of the incumbent.
+
+    For models of ~100 M–1 B parameters with a few thousand positions, which copy examples and lose a long format
+    reference: a one-line system prompt, the suite description, one line per field (`FIELD_NOTES`), the incumbent
+    as the complete example to copy, then as many archive lines (best scored first, then the newest rejections with
+    their reasons) and failing traces as fit ``context_tokens`` as ``count`` measures them (the model's own tokenizer
+    when the caller has it), and a directed task. The fixed parts are always kept.
+    """
+    inc = context.incumbent
+    score = "not scored" if inc.score is None else f"score {inc.score:.3f} on {inc.n} problems"
+    fields = "\n".join(f"- {name}: {note}" for name, note in FIELD_NOTES.items())
+    head = (
+        f"Task: {context.suite_description.strip()}\n\n"
+        "A harness is a YAML file that tells a small language model how to solve the task. Its fields:\n"
+        f"{fields}\n\nThe current harness ({score}):\n```yaml\n{inc.text.rstrip()}\n```"
+    )
+    note = FIELD_NOTES.get(focus, "")
+    task = (
+        f"Write a better harness: copy the current harness and change its `{focus}` field ({note}). "
+        + ("Keep every other field exactly as it is. " if context.restrict_to is not None else "")
+        + "Reply with the complete new harness in one ```yaml block."
+    )
+    budget = context_tokens - count(COMPACT_SYSTEM_PROMPT) - count(head) - count(task) - 32
+    archive = [context.archive[i] for i in _archive_priority(context)]
+    archive_lines: list[str] = []
+    trace_lines: list[str] = []
+    sections = [
+        (archive_lines, [_compact_archive_line(e) for e in archive], "Earlier candidates:"),
+        (trace_lines, [_compact_trace(t) for t in context.failing_traces], "Problems the current harness got wrong:"),
+    ]
+    for kept, lines, title in sections:
+        share = budget // 2 if kept is archive_lines else budget
+        used = count(title)
+        for line in lines:
+            cost = count(line) + 1
+            if used + cost > share:
+                break
+            kept.append(line)
+            used += cost
+        if kept:
+            budget -= used
+    parts = [head]
+    for kept, _, title in sections:
+        if kept:
+            parts.append(title + "\n" + "\n".join(kept))
+    parts.append(task)
+    return [{"role": "system", "content": COMPACT_SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]

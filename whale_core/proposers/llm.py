@@ -133,7 +133,7 @@ class LLMProposer:
             raise self._unavailable(f"no API key configured: set {', '.join(missing)} (or api_key_env)")
         return None
 
-    def _complete(self, messages: list[dict[str, str]]) -> tuple[str, dict[str, float]]:
+    def _complete(self, messages: list[dict[str, str]], max_tokens: int | None = None) -> tuple[str, dict[str, float]]:
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # as setup_offline_env(), without a mkdir
         import litellm
 
@@ -143,7 +143,7 @@ class LLMProposer:
             "model": self.model,
             "messages": messages,
             "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
+            "max_tokens": max_tokens or self.max_tokens,
             "timeout": self.timeout,
             "num_retries": self.num_retries,
             "drop_params": True,
