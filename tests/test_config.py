@@ -58,3 +58,19 @@ def test_override_syntax_errors(tmp_path: Path) -> None:
     bad.write_text("- a list\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_config(bad)
+
+
+def test_config_not_utf8_or_unreadable_names_the_file(tmp_path: Path) -> None:
+    """Before: a 0xff byte raised UnicodeDecodeError (and the file was read in the locale's encoding)."""
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("seed: 3\nrun_name: café\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"latin1\.yaml is not valid UTF-8 \(byte 0xe9 at offset 21\)"):
+        load_config(bad)
+    good = tmp_path / "utf8.yaml"
+    good.write_bytes("seed: 3\n# café\n".encode())
+    assert load_config(good).seed == 3
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("seed: [1\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(broken)
+    assert "broken.yaml is not valid YAML" in str(info.value) and "\n" not in str(info.value)

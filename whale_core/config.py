@@ -175,9 +175,18 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
         if not p.is_file():
             raise ConfigError(f"config file not found: {p}")
         try:
-            loaded = yaml.safe_load(p.read_text()) or {}
+            raw = p.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"config file {p} cannot be read: {exc.strerror or exc}") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad = f"byte 0x{raw[exc.start : exc.start + 1].hex()} at offset {exc.start}"
+            raise ConfigError(f"config file {p} is not valid UTF-8 ({bad})") from None
+        try:
+            loaded = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
+            raise ConfigError(f"config file {p} is not valid YAML: {' '.join(str(exc).split())}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {p} must hold a mapping at the top level")
         data = loaded

@@ -122,3 +122,19 @@ def test_missing_file_and_bad_field_name(tmp_path: Path) -> None:
     lines = [f'{{"the question": "q{i}", "answer": "{i}"}}' for i in range(3)]
     with pytest.raises(SuiteError, match="question_fields"):
         JsonlSuite(_write(tmp_path, lines))
+
+
+def test_invalid_utf8_and_lone_surrogates_name_file_and_line(tmp_path: Path) -> None:
+    """Before: a 0xff byte raised UnicodeDecodeError; a ``\\udc80`` JSON escape loaded as a lone surrogate that
+    later failed every UTF-8 write (SQLite, traces)."""
+    good = [f'{{"question": "q{i} é", "answer": "{i}"}}' for i in range(4)]
+    path = tmp_path / "bytes.jsonl"
+    path.write_bytes(("\n".join(good[:2]) + "\n").encode() + b'{"question": "\xff", "answer": "9"}\n')
+    with pytest.raises(SuiteError, match=r"bytes\.jsonl:3: not valid UTF-8 \(byte 0xff at offset \d+\)"):
+        JsonlSuite(str(path))
+    lines = [*good[:3], '{"question": "x\\udc80y", "answer": "7"}']
+    with pytest.raises(SuiteError, match=r"data\.jsonl:4: a string holds a lone surrogate \(\"\\udc80\"\)"):
+        JsonlSuite(_write(tmp_path, lines))
+    paired = [*good, '{"question": "\\ud83d\\ude00", "answer": "5"}']  # a valid pair (an emoji) is fine
+    suite = JsonlSuite(_write(tmp_path, paired, name="ok.jsonl"))
+    assert any(p.fields["question"] == "\U0001f600" for s in ("train", "val", "test") for p in suite.problems(s))

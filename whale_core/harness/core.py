@@ -48,22 +48,46 @@ class Harness:
     @classmethod
     def from_text(cls, yaml_text: str, parent: str | None = None) -> Harness:
         """Parse + validate + canonicalize. ``parent`` (if given) overrides a ``parent:`` key in the text."""
+        if isinstance(yaml_text, str):
+            try:
+                yaml_text.encode("utf-8")
+            except UnicodeEncodeError as e:  # a lone surrogate, e.g. from a JSON "\\udc80" escape in an API reply
+                where = f"character {e.start} ({yaml_text[e.start]!r})"
+                raise HarnessError("", f"text is not valid Unicode: a lone surrogate at {where}") from None
         data, parent_in_text = load_document(yaml_text)
         spec = validate_spec(data)
         return cls._from_spec(spec, parent if parent is not None else parent_in_text)
 
     @classmethod
     def from_file(cls, path: str | Path, parent: str | None = None) -> Harness:
-        """`from_text` on a file's contents (read at most 16 KiB + 1 byte, so a huge file fails fast)."""
-        with open(path, encoding="utf-8") as f:
-            text = f.read(MAX_TEXT_BYTES + 1)
-        return cls.from_text(text, parent=parent)
+        """`from_text` on a file's contents (read at most 16 KiB + 1 byte, so a huge file fails fast). A file that
+        cannot be read, is too large or is not UTF-8 is a `HarnessError` naming the file."""
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(MAX_TEXT_BYTES + 1)
+        except OSError as e:
+            raise HarnessError("", f"cannot read harness file {str(path)!r}: {e.strerror or e}") from None
+        if len(raw) > MAX_TEXT_BYTES:
+            raise HarnessError("", f"file {str(path)!r} is too large (max {MAX_TEXT_BYTES} bytes)")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            bad = f"byte 0x{raw[e.start : e.start + 1].hex()} at offset {e.start}"
+            raise HarnessError("", f"file {str(path)!r} is not valid UTF-8 ({bad})") from None
+        try:
+            return cls.from_text(text, parent=parent)
+        except HarnessError as e:
+            raise type(e)(e.field, f"{e.problem} (in {str(path)!r})") from None
 
     @classmethod
     def _from_spec(cls, spec: HarnessSpec, parent: str | None) -> Harness:
         data = canonical_data(spec)
         text = dump_yaml(data)
-        size = len(text.encode("utf-8"))
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError as e:  # evolve() with a lone surrogate in a value
+            where = f"character {e.start} ({text[e.start]!r})"
+            raise HarnessError("", f"text is not valid Unicode: a lone surrogate at {where}") from None
         if size > MAX_TEXT_BYTES:
             raise HarnessError("", f"canonical text too large: {size} bytes (max {MAX_TEXT_BYTES})")
         canonical_spec = HarnessSpec.model_validate(data)  # drops no-op steps so spec and text agree

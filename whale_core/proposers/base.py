@@ -206,8 +206,9 @@ def check_candidate(
     parent_sha = parent if parent is not None else incumbent.sha
     try:
         harness = Harness.from_text(text, parent=parent_sha)
-    except HarnessError as exc:
-        return Proposal(text=text, harness=None, status="rejected", reason=str(exc), proposer=proposer)
+    except HarnessError as exc:  # the raw text is kept; a lone surrogate (not storable as UTF-8) as \udcxx
+        raw = text.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(text, str) else text
+        return Proposal(text=raw, harness=None, status="rejected", reason=str(exc), proposer=proposer)
     except Exception as exc:  # a harness bug must not crash a proposer: record it as the reason
         reason = f"harness could not be parsed: {type(exc).__name__}: {exc}"
         return Proposal(text=text, harness=None, status="rejected", reason=reason, proposer=proposer)

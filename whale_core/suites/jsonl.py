@@ -124,9 +124,15 @@ class JsonlSuite:
         """Parse the file: problems (deduplicated by question fields), the question fields, whether any `####`."""
         where = str(self.path)
         try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
+            raw = self.path.read_bytes()
         except OSError as exc:
             raise SuiteError(f"jsonl suite: cannot read {where}: {exc}") from exc
+        try:
+            lines = raw.decode("utf-8").splitlines()
+        except UnicodeDecodeError as exc:
+            lineno = raw.count(b"\n", 0, exc.start) + 1
+            bad = f"byte 0x{raw[exc.start : exc.start + 1].hex()} at offset {exc.start}"
+            raise SuiteError(f"{where}:{lineno}: not valid UTF-8 ({bad})") from None
         afield = self.options.answer_field
         qfields = self.options.question_fields
         problems: list[Problem] = []
@@ -141,6 +147,11 @@ class JsonlSuite:
                 raise SuiteError(f"{where}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
             if not isinstance(row, dict):
                 raise SuiteError(f"{where}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            try:
+                json.dumps(row, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError as exc:  # a "\udc80" escape: a lone surrogate, not text
+                bad = json.dumps(exc.object[exc.start : exc.end])
+                raise SuiteError(f"{where}:{lineno}: a string holds a lone surrogate ({bad}), not text") from None
             if qfields is None:
                 qfields = [k for k in row if k != afield]
                 if not qfields:
