@@ -5,6 +5,8 @@ Importing this package is cheap: torch, transformers and peft are imported insid
     from whale_core.models import load_policy, build_tiny_model, TinyRecipe
     policy = load_policy("tiny")                     # installs the shipped tiny model on first use
     policy = load_policy("/path/to/hf-model", adapter="/path/to/lora")
+    policy = load_policy("smollm2-135m")             # a named model (whale_core.models.named), once installed
+                                                     # with `whale models install` (whale_core.models.install)
 """
 
 from whale_core.models.policy import Policy, PolicyLoadError, base_model_id, load_policy, select_device
