@@ -95,8 +95,10 @@ def test_attack_is_bounded_at_render_and_rejected_at_validation(name):
         peak = tracemalloc.get_traced_memory()[1]  # 0 when not tracing
     finally:
         tracemalloc.stop()
-    assert reason in str(info.value) and "problem 'p1'" in str(info.value)
-    assert rejected.value.field == "template" and reason in str(rejected.value)
+    # The attacks that burn time may meet the wall-time backstop first on a very busy machine: also a bound.
+    reasons = (reason,) if name in ALLOCATING else (reason, "rendering took longer than")
+    assert any(r in str(info.value) for r in reasons) and "problem 'p1'" in str(info.value), info.value
+    assert rejected.value.field == "template" and any(r in str(rejected.value) for r in reasons), rejected.value
     assert peak < 64 << 20, f"{name}: peak {peak >> 20} MiB"
     assert elapsed < 30, f"{name}: {elapsed:.1f} s"  # a wide bound: the point is that it ends (~0.4 s measured)
 
@@ -125,7 +127,7 @@ def test_runtime_only_blowup_on_real_data_is_a_render_error():
     h = Harness.from_text("whale_harness: 1\ntemplate: '{% for a in q %}{% for b in q %}{% if a == b %}.{% endif %}"
                           "{% endfor %}{% endfor %}'\n")  # fmt: skip
     assert h.render(Problem("short", {"q": "ab"}, "0"), []) == ".."
-    with pytest.raises(RenderError, match="more than 100000 loop iterations"):
+    with pytest.raises(RenderError, match=r"more than 100000 loop iterations|rendering took longer than"):
         h.render(Problem("long", {"q": "".join(chr(0x4E00 + i) for i in range(400))}, "0"), [])
 
 
