@@ -2,7 +2,8 @@
 
 `IterState` is the (policy, incumbent harness, metric) pair an iteration starts from; `RunHandles` opens the archive
 (the source of truth), the MLflow lineage and the run directory. `ReplayArchive` lets a resumed run re-execute an
-iteration the archive already holds as *done* — its tasks come back ``Cached`` — without writing its records twice.
+iteration the archive already holds as *done* — its tasks come back ``Cached`` — without writing its records twice;
+`ResumingArchive` lets it re-take an iteration a killed run had started without storing its decisions twice.
 `heartbeats` decides which flow runs send Prefect's crash-detection heartbeats.
 """
 
@@ -68,6 +69,24 @@ class _Stub:
         return None
 
 
+class ResumingArchive:
+    """The archive with `add_decision` made idempotent (`Archive.ensure_decision`): an iteration that a killed run
+    had started is taken again from its start on resume, and re-takes the decisions the first attempt stored
+    (``continue``/``switch``, the harness leg's ``accept``/``reject``); each is stored once. Everything else passes
+    through."""
+
+    def __init__(self, archive: Archive):
+        self._archive = archive
+
+    def add_decision(
+        self, run_id: str, iteration: int, kind: str, reason: str, payload: dict[str, Any] | None = None
+    ) -> Any:
+        return self._archive.ensure_decision(run_id, iteration, kind, reason, payload)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._archive, name)
+
+
 class ReplayArchive:
     """Reads pass through to the archive; writes are dropped (the records exist from the first attempt)."""
 
@@ -76,6 +95,7 @@ class ReplayArchive:
         "set_candidate_status",
         "record_evaluation",
         "add_decision",
+        "ensure_decision",
         "put_harness",
         "put_checkpoint",
         "start_leg",

@@ -20,7 +20,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import IterState, ReplayArchive, RunHandles
+from flows.common import IterState, ReplayArchive, ResumingArchive, RunHandles
 from tasks import grpo_update, plateau_check, propose_harness, rollout_task, score_harness
 from whale_core.budget import Budget
 from whale_core.proposers.base import Proposal, ProposalContext, ProposerUnavailable, check_candidate
@@ -92,11 +92,13 @@ def block_ascent_iteration(
     decision = plateau_check.with_options(**opts)(history, cfg.mode, cfg.schedule.model_dump(mode="json"), iteration)
     kind = decision.leg
     done = None if refresh else _matching_done_leg(h, iteration, kind, state)
-    archive: Any = ReplayArchive(h.archive) if done is not None else h.archive
+    archive: Any = ReplayArchive(h.archive) if done is not None else ResumingArchive(h.archive)
     earlier = [leg for leg in h.archive.legs(run_id) if leg.iteration == iteration and leg.kind == kind]
-    for stale in earlier:
-        if stale.status == "running" or (refresh and stale.status == "done"):
-            h.archive.fail_leg(stale.id, "interrupted" if stale.status == "running" else "superseded by rerun")
+    for stale in earlier:  # kept as history, marked, and left out of the report's tables
+        if stale.status == "running":  # its process died (a resumed run): this attempt takes over
+            h.archive.end_attempt(stale.id, "interrupted", "its process ended before the leg finished")
+        elif refresh and stale.status == "done":
+            h.archive.end_attempt(stale.id, "superseded", f"recomputed by whale rerun (generation {generation})")
     as_of = min((leg.started for leg in earlier), default=None)
     archive.add_decision(
         run_id, iteration, "switch" if decision.switched else "continue", decision.reason, {"leg": kind}

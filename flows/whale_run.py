@@ -87,7 +87,7 @@ def whale_run(
         history: list[LegOutcome] = []
         for i in range(cfg.iterations):
             if bud.remaining("weights") <= 0:
-                h.archive.add_decision(run_id, i, "stop", "rollout budget spent", {"budget": bud.to_dict()})
+                h.archive.ensure_decision(run_id, i, "stop", "rollout budget spent", {"budget": bud.to_dict()})
                 break
             with heartbeats():
                 res = block_ascent_iteration.with_options(task_runner=task_runner(cfg))(
@@ -105,7 +105,9 @@ def whale_run(
             state = res.state
             history.append(res.outcome)
             if res.completions == 0 and not res.replayed and bud.remaining(res.outcome.leg) <= 0:
-                h.archive.add_decision(run_id, i, "stop", f"{res.outcome.leg} budget spent", {"budget": bud.to_dict()})
+                h.archive.ensure_decision(
+                    run_id, i, "stop", f"{res.outcome.leg} budget spent", {"budget": bud.to_dict()}
+                )
                 break
         t0 = rollout_task.with_options(task_run_name="rollout-test-initial")(
             base, h0, suite_cfg, "test", cfg.rollout.test_problems, cfg.seed, cfg.rollout.batch_size, traces
@@ -183,11 +185,22 @@ def new_run_id(cfg: WhaleConfig) -> str:
 
 
 def start_run(cfg: WhaleConfig, run_id: str | None = None) -> dict[str, Any]:
-    """A new run (the archive record is created before the flow starts, so ``whale resume`` can find it)."""
-    from whale_core.archive import Archive
+    """A new run (the archive record is created before the flow starts, so ``whale resume`` can find it).
+
+    Raises `ArchiveError` if the archive already holds a run ``run_id`` (resume it instead)."""
+    from whale_core.archive import Archive, ArchiveError, RecordNotFound
 
     rid = run_id or new_run_id(cfg)
-    Archive(cfg.tracking.archive_url).create_run(rid, cfg.mode, cfg.model_dump(mode="json"), run_id=rid)
+    archive = Archive(cfg.tracking.archive_url)
+    try:
+        archive.get_run(rid)
+    except RecordNotFound:
+        archive.create_run(rid, cfg.mode, cfg.model_dump(mode="json"), run_id=rid)
+    else:
+        raise ArchiveError(
+            f"run {rid!r} already exists in {archive.safe_url}: continue it with `whale resume {rid}`, "
+            "or start a new one with another --run-id"
+        )
     prepare(cfg)
     return _top_level_run(rid, cfg.model_dump(mode="json"))
 
@@ -203,11 +216,20 @@ def resume_run(run_id: str, archive_url: str | None = None) -> dict[str, Any]:
 
 
 def rerun_iteration(run_id: str, iteration: int, archive_url: str | None = None) -> dict[str, Any]:
-    """Recompute iteration ``iteration``'s leg (its tasks refresh their cache) and whatever depends on it."""
-    from whale_core.archive import Archive
+    """Recompute iteration ``iteration``'s leg (its tasks refresh their cache) and whatever depends on it.
+
+    Raises `ArchiveError` for an unknown run and for an iteration the run has no leg of (nothing is recorded then)."""
+    from whale_core.archive import Archive, ArchiveError
 
     archive = Archive(archive_url)
     config = archive.get_run(run_id).config
+    ran = sorted({leg.iteration for leg in archive.legs(run_id)})
+    if iteration not in ran:
+        which = f"iterations {', '.join(map(str, ran))}" if ran else "no iteration yet"
+        raise ArchiveError(
+            f"run {run_id!r} has {which}: --iteration {iteration} is not one of them "
+            f"(a run that has not reached it continues with `whale resume {run_id}`)"
+        )
     generation = 1 + sum(1 for d in archive.decisions(run_id) if d.kind == "rerun" and d.iteration == iteration)
     archive.add_decision(
         run_id, iteration, "rerun", f"rerun of iteration {iteration} requested", {"generation": generation}

@@ -15,6 +15,7 @@ from typing import Any
 
 from prefect import task
 
+from tasks import fault
 from tasks.cache import content_cache_key
 from tasks.runtime import suite_of
 from whale_core.refs import HarnessRef, PolicyRef, checkpoint_from_dir
@@ -64,7 +65,9 @@ def grpo_update(
         max_completions=max_completions,
         parent_checkpoint=parent,
         population=[m.load() for m in population or []],
+        callbacks=fault.trainer_callbacks(),
     )
+    fault.point("grpo-update")
     return WeightsOutcome(
         policy=PolicyRef.of_checkpoint(base, leg.checkpoint),
         checkpoint=dataclasses.asdict(leg.checkpoint),

@@ -6,10 +6,13 @@ from typing import Any
 
 from prefect import task
 
+from tasks import fault
 from tasks.cache import content_cache_key
 from whale_core.schedule import Decision, LegOutcome, ScheduleConfig, make_scheduler
 
 
 @task(name="plateau-check", cache_key_fn=content_cache_key(), persist_result=True)
 def plateau_check(history: list[LegOutcome], mode: str, schedule: dict[str, Any], iteration: int) -> Decision:
-    return make_scheduler(mode, ScheduleConfig.model_validate(schedule)).next_leg(history)
+    decision = make_scheduler(mode, ScheduleConfig.model_validate(schedule)).next_leg(history)
+    fault.point("plateau-check")
+    return decision

@@ -12,6 +12,7 @@ from typing import Any
 
 from prefect import task
 
+from tasks import fault
 from tasks.cache import content_cache_key
 from whale_core.proposers.base import ProposalContext
 from whale_core.search import SearchConfig, make_proposer
@@ -36,7 +37,9 @@ class ProposalRecord:
 )
 def propose_harness(context: ProposalContext, k: int, search: dict[str, Any], seed: int) -> list[ProposalRecord]:
     proposer = make_proposer(SearchConfig.model_validate(search), seed)
-    return [
+    records = [
         ProposalRecord(p.text, p.sha, p.status, p.reason, p.proposer, dict(p.usage))
         for p in proposer.propose(context, k)
     ]
+    fault.point("propose-harness")
+    return records

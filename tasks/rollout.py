@@ -8,6 +8,7 @@ from typing import Any
 
 from prefect import task
 
+from tasks import fault
 from tasks.cache import content_cache_key
 from tasks.runtime import problems_of, suite_of
 from whale_core.refs import HarnessRef, PolicyRef, load_cached
@@ -43,6 +44,7 @@ def rollout_task(
     path = Path(traces_dir) / f"{split}-{harness.sha[:12]}-{policy.checkpoint_id[:16]}-n{len(problems)}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     result.write_jsonl(path)
+    fault.point("rollout-test" if split == "test" else "rollout")
     return EvalResult(
         score=result.score,
         n=result.n,

@@ -6,6 +6,7 @@ from typing import Any
 
 from prefect import task
 
+from tasks import fault
 from tasks.cache import content_cache_key
 from tasks.runtime import problems_of, suite_of
 from whale_core.refs import HarnessRef, PolicyRef, load_cached
@@ -18,4 +19,6 @@ def score_harness(
 ) -> ScoreBlock:
     s = suite_of(suite)
     problems = problems_of(s, "val", end, seed)[start:end]
-    return score_block(load_cached(policy), harness.load(), s, problems, batch_size=batch_size, seed=seed)
+    block = score_block(load_cached(policy), harness.load(), s, problems, batch_size=batch_size, seed=seed)
+    fault.point("score-harness")
+    return block

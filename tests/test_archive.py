@@ -358,3 +358,64 @@ def test_memory_sqlite(tmp_path: Path) -> None:
     with Archive("sqlite://") as a:
         a.create_run("mem", "whale-fixed", run_id="r1")
         assert a.get_run("r1").name == "mem"
+
+
+def test_an_interrupted_attempt_is_kept_marked_and_its_unjudged_candidates_too(archive: Archive) -> None:
+    """Resume after a kill: the attempt that was running becomes ``interrupted`` history; its candidates that were
+    never judged stop reading ``proposed`` forever; a judged one keeps its status."""
+    archive.create_run("demo", "whale-adaptive", run_id="r1")
+    h0 = _harness(archive, "seed")
+    leg = archive.start_leg("r1", 0, "harness", incumbent_harness_in=h0, checkpoint_in="base")
+    judged = archive.add_candidate("r1", _harness(archive, "a", h0), proposer="mutate", leg_id=leg.id,
+                                   status="rejected", reason="unsafe template")  # fmt: skip
+    open_one = archive.add_candidate("r1", _harness(archive, "b", h0), proposer="mutate", leg_id=leg.id)
+    assert open_one.status == "proposed"
+    ended = archive.end_attempt(leg.id, "interrupted", "its process ended before the leg finished")
+    assert (ended.status, ended.metrics) == ("interrupted", {"error": "its process ended before the leg finished"})
+    status = {c.id: (c.status, c.reason) for c in archive.candidates("r1")}
+    assert status[judged.id] == ("rejected", "unsafe template")
+    assert status[open_one.id][0] == "interrupted" and "interrupted" in status[open_one.id][1]
+    assert archive.candidates("r1", status="proposed") == []
+    done = archive.start_leg("r1", 0, "harness", incumbent_harness_in=h0, checkpoint_in="base")
+    archive.finish_leg(done.id, budget_used=10)
+    assert archive.end_attempt(done.id, "superseded", "recomputed by whale rerun").status == "superseded"
+    with pytest.raises(ValueError, match="attempt status"):
+        archive.end_attempt(done.id, "done", "no")  # type: ignore[arg-type]
+    with pytest.raises(RecordNotFound):
+        archive.end_attempt(99_999, "interrupted", "gone")
+
+
+def test_ensure_decision_stores_a_decision_once(archive: Archive) -> None:
+    archive.create_run("demo", "whale-adaptive", run_id="r1")
+    first = archive.ensure_decision("r1", 1, "switch", "plateau", {"leg": "weights"})
+    again = archive.ensure_decision("r1", 1, "switch", "plateau", {"leg": "weights"})
+    assert again == first
+    other = archive.ensure_decision("r1", 1, "switch", "plateau", {"leg": "harness"})  # another payload: another
+    archive.ensure_decision("r1", 2, "switch", "plateau", {"leg": "weights"})  # another iteration
+    assert other.id != first.id and len(archive.decisions("r1")) == 3
+
+
+@pytest.mark.parametrize(
+    ("url", "match"),
+    [
+        ("notaurl", "is not a database URL"),
+        ("nosuchdialect://x/y", "needs a database driver that is not installed"),
+        ("postgresql+psycopg2://nobody@127.0.0.1:1/x", r"cannot open the archive postgresql\+psycopg2://nobody@"),
+        # SQLAlchemy 2.1's default PostgreSQL driver is psycopg (3): missing, or installed and refused
+        ("postgresql://nobody:secret@127.0.0.1:1/x", r"(driver that is not installed|cannot open the archive)"),
+    ],
+)
+def test_a_bad_archive_url_is_one_archive_error(url: str, match: str) -> None:
+    """A malformed URL, an uninstalled driver, a server that does not answer: `ArchiveError` (the CLI prints it as
+    ``error: …``, exit 2), one line, never the password."""
+    with pytest.raises(ArchiveError, match=match) as info:
+        Archive(url)
+    assert "\n" not in str(info.value) and "secret" not in str(info.value)
+
+
+def test_an_archive_in_a_directory_that_cannot_be_created_is_one_archive_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ArchiveError, match="cannot open the archive sqlite:///") as info:
+        Archive(f"sqlite:///{blocker / 'home' / 'whale.db'}")
+    assert "\n" not in str(info.value)

@@ -2,7 +2,9 @@
 
 Built from the archive (the source of truth) plus the final test evaluations: a Markdown summary with the initial vs
 final (model, harness) test scores, a table of legs (kind, decision reason, val score, budget), the harness diff
-from the seed to the final incumbent, and the metric-over-rollouts figure with leg boundaries marked.
+from the seed to the final incumbent, and the metric-over-rollouts figure with leg boundaries marked. A leg attempt
+that a later attempt replaced (``interrupted`` by a crash and resumed, ``superseded`` by ``whale rerun``) is named
+under the table, not in it, so a resumed run's report reads like an uninterrupted one's.
 """
 
 from __future__ import annotations
@@ -23,6 +25,16 @@ class TestScores:
     initial: float
     final: float
     n: int
+
+
+# Leg attempts that a later attempt of the same leg replaced: a resumed run's interrupted attempt, a rerun's
+# superseded one. They stay in the archive, and the report names them below its table but leaves them out of it.
+ATTEMPT_STATUSES = frozenset({"interrupted", "superseded"})
+
+
+def _num(value: Any) -> str:
+    """A metric cell: 4 decimals, or ``–`` where the leg recorded none (a failed leg)."""
+    return f"{float(value):.4f}" if isinstance(value, int | float) else "–"
 
 
 def curve_points(
@@ -76,13 +88,24 @@ def write_report(
         "| iter | leg | status | why | val before | val after | completions |",
         "|---|---|---|---|---|---|---|",
     ]
-    for leg in sorted(archive.legs(run_id), key=lambda x: (x.iteration, x.id)):
+    legs = sorted(archive.legs(run_id), key=lambda x: (x.iteration, x.id))
+    for leg in legs:
+        if leg.status in ATTEMPT_STATUSES:
+            continue
         m = leg.metrics
         why = decisions.get((leg.iteration, "switch")) or decisions.get((leg.iteration, "continue")) or ""
         lines.append(
-            f"| {leg.iteration} | {leg.kind} | {leg.status} | {why} | {m.get('val_score_before', float('nan')):.4f} "
-            f"| {m.get('val_score', float('nan')):.4f} | {leg.budget_used} |"
+            f"| {leg.iteration} | {leg.kind} | {leg.status} | {why} | {_num(m.get('val_score_before'))} "
+            f"| {_num(m.get('val_score'))} | {leg.budget_used} |"
         )
+    attempts = [leg for leg in legs if leg.status in ATTEMPT_STATUSES]
+    if attempts:
+        lines += [
+            "",
+            "Earlier attempts, kept in the archive as history: "
+            + "; ".join(f"iteration {x.iteration} {x.kind} leg {x.status}" for x in attempts)
+            + ".",
+        ]
     lines += [
         "",
         f"Budget: {budget}",

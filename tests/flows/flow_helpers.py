@@ -73,3 +73,26 @@ def task_states(env: dict[str, str], since: datetime) -> list[dict[str, Any]]:
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def mlflow_client(home: Path) -> Any:
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+
+
+def mlflow_runs(home: Path, run_id: str) -> list[Any]:
+    """Every MLflow run (parent and legs) tagged with WHALE run ``run_id``."""
+    client = mlflow_client(home)
+    exp = client.get_experiment_by_name("whale")
+    assert exp is not None
+    return list(client.search_runs([exp.experiment_id], filter_string=f"tags.`whale.run_id` = '{run_id}'"))
+
+
+def mlflow_run_keys(home: Path, run_id: str) -> dict[tuple[str | None, str | None], int]:
+    """How many MLflow runs per (kind, iteration): all 1 when nothing is duplicated."""
+    keys: dict[tuple[str | None, str | None], int] = {}
+    for r in mlflow_runs(home, run_id):
+        key = (r.data.tags.get("whale.kind"), r.data.tags.get("whale.iteration"))
+        keys[key] = keys.get(key, 0) + 1
+    return keys

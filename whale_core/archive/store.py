@@ -19,7 +19,14 @@ from sqlalchemy import (
     make_url,
     select,
 )
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    IntegrityError,
+    NoSuchModuleError,
+    OperationalError,
+    ProgrammingError,
+)
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
@@ -73,9 +80,38 @@ class Archive:
     """The SQL store (see the module docstring). Use as a context manager or call ``close()``."""
 
     def __init__(self, url: str | None = None, *, busy_timeout_s: float = 30.0) -> None:
+        """Open (and on first use create) the store at ``url`` (default `default_url`).
+
+        Raises `ArchiveError` with a one-line message for a URL that does not parse or names no installed driver, and
+        for a store that cannot be opened (a server that does not answer, a directory that cannot be written, a full
+        disk): these are user errors, not bugs."""
         self.url = url or default_url()
-        parsed = make_url(self.url)
+        try:
+            parsed = make_url(self.url)
+        except ArgumentError:
+            shown = self.url if "@" not in self.url else self.url.split("://", 1)[0] + "://…"
+            raise ArchiveError(
+                f"archive URL {shown!r} (WHALE_DB_URL or tracking.archive_url) is not a database URL: expected "
+                "dialect+driver://user:password@host:port/database or sqlite:///path/to/whale.db"
+            ) from None
         self.safe_url = parsed.render_as_string(hide_password=True)
+        try:
+            self._connect(parsed, busy_timeout_s)
+        except ArchiveError:
+            raise
+        except (NoSuchModuleError, ImportError) as exc:
+            raise ArchiveError(
+                f"archive URL {self.safe_url} needs a database driver that is not installed ({type(exc).__name__}: "
+                f"{exc}); for PostgreSQL install WHALE's postgres extra (pip install -c constraints.txt -e "
+                "'.[postgres]') and name its driver: postgresql+psycopg2://"
+            ) from None
+        except (DBAPIError, OSError) as exc:
+            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+            raise ArchiveError(
+                f"cannot open the archive {self.safe_url}: {reason[0] if reason else type(exc).__name__}"
+            ) from None
+
+    def _connect(self, parsed: Any, busy_timeout_s: float) -> None:
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         if self.is_sqlite:
             db = parsed.database
@@ -487,6 +523,23 @@ class Archive:
         """Mark a leg failed; the error text is kept in its metrics as ``{"error": ...}``."""
         return self._end_leg(leg_id, "failed", budget_used=budget_used, metrics_json=_dumps({"error": error}))
 
+    def end_attempt(self, leg_id: int, status: LegStatus, reason: str) -> LegRecord:
+        """Close an earlier attempt of a leg as history: ``interrupted`` (it was still ``running`` when its process
+        died) or ``superseded`` (a done leg that ``whale rerun`` recomputes). Its metrics become ``{"error":
+        reason}``; its candidates still ``proposed`` (never judged) become ``interrupted``. One transaction."""
+        if status not in ("interrupted", "superseded"):
+            raise ValueError(f"invalid attempt status {status!r}; expected one of ['interrupted', 'superseded']")
+        with self._write() as s:
+            row = s.get(LegRow, leg_id)
+            if row is None:
+                raise RecordNotFound(f"no leg {leg_id} in {self.safe_url}")
+            row.status, row.finished, row.metrics_json = status, _now(), _dumps({"error": reason})
+            open_candidates = select(CandidateRow).where(CandidateRow.leg_id == leg_id)
+            for cand in s.scalars(open_candidates.where(CandidateRow.status == "proposed")):
+                cand.status, cand.reason = "interrupted", f"never judged: its leg was {status} ({reason})"
+            s.flush()
+            return _record(LegRecord, row)
+
     def set_leg_mlflow_run(self, leg_id: int, mlflow_run_id: str) -> LegRecord:
         with self._write() as s:
             row = s.get(LegRow, leg_id)
@@ -519,6 +572,29 @@ class Archive:
         with self._write() as s:
             s.add(row)
             s.flush()
+            return _record(DecisionRecord, row)
+
+    def ensure_decision(
+        self, run_id: str, iteration: int, kind: str, reason: str, payload: Mapping[str, Any] | None = None
+    ) -> DecisionRecord:
+        """`add_decision`, unless the run already holds this very decision (same iteration, kind, reason and
+        payload): a resumed run re-takes the decisions of the iteration it was killed in, and must not store them
+        twice. Returns the stored record either way."""
+        payload_json = _dumps(payload)
+        with self._write() as s:
+            q = select(DecisionRow).where(
+                DecisionRow.run_id == run_id,
+                DecisionRow.iteration == iteration,
+                DecisionRow.kind == kind,
+                DecisionRow.reason == reason,
+                DecisionRow.payload_json == payload_json,
+            )
+            row = s.scalars(q.order_by(DecisionRow.id).limit(1)).first()
+            if row is None:
+                row = DecisionRow(run_id=run_id, iteration=iteration, kind=kind, reason=reason,
+                                  payload_json=payload_json, created=_now())  # fmt: skip
+                s.add(row)
+                s.flush()
             return _record(DecisionRecord, row)
 
     def decisions(self, run_id: str) -> list[DecisionRecord]:

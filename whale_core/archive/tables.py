@@ -20,9 +20,11 @@ from whale_core.errors import WhaleError
 
 SCHEMA_VERSION = 1
 RunStatus = Literal["running", "finished", "failed", "stopped"]
-CandidateStatus = Literal["proposed", "rejected", "scored", "accepted", "lost"]
+# "interrupted": a candidate of a leg attempt that ended before it was judged (a killed process); the attempt's leg
+# is "interrupted" too. "superseded": a done leg that ``whale rerun`` recomputed. Both stay as history.
+CandidateStatus = Literal["proposed", "rejected", "scored", "accepted", "lost", "interrupted"]
 LegKind = Literal["weights", "harness", "eval"]
-LegStatus = Literal["running", "done", "failed"]
+LegStatus = Literal["running", "done", "failed", "interrupted", "superseded"]
 EvalSplit = Literal["train", "val", "test"]
 
 

@@ -1,0 +1,102 @@
+"""A test hook that kills the process at a named point of a task: how the fault-matrix tests crash a run precisely.
+
+``WHALE_FAULT=<point>[:<n>]`` makes the process SIGKILL itself the ``n``-th time (default 1) it reaches ``point``:
+its whole process group when it leads one (a ``whale`` command started in its own session: the run and its
+temporary Prefect server die together, as with ``kill -9 -PGID``), else itself alone (the server then dies with it,
+see ``flows/prefect_server.py``). Unset — always, outside tests — every call here is a dictionary lookup.
+
+The points sit where a crash loses work: at the end of a task's body, after its work and before it returns (so
+Prefect has not stored the result), or inside a GRPO update:
+
+- ``rollout``, ``rollout-test`` (a rollout on the test split: the run's final evaluation), ``score-harness``,
+  ``propose-harness``, ``plateau-check``, ``grpo-update``: the task's work is done (the update's final checkpoint
+  saved), its result not yet returned;
+- ``grpo-update-before-checkpoint``: the end of the first training step of a process, before any TRL checkpoint;
+- ``grpo-update-after-checkpoint``: right after a TRL checkpoint was saved (the update resumes from it).
+
+A task that comes back ``Cached`` runs no body and reaches no point, so a resumed run armed with a later point runs
+on to it. Simplified: one point per process (a test arms the next one on the resume).
+
+``WHALE_FAULT_JOURNAL=<file>``: each task that got to the end of its body appends its point and cache key there.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any
+
+ENV = "WHALE_FAULT"
+JOURNAL = "WHALE_FAULT_JOURNAL"
+POINTS = frozenset(
+    {
+        "rollout",
+        "grpo-update",
+        "rollout-test",
+        "score-harness",
+        "propose-harness",
+        "plateau-check",
+        "grpo-update-before-checkpoint",
+        "grpo-update-after-checkpoint",
+    }
+)
+
+_lock = threading.Lock()
+_reached: dict[str, int] = {}
+
+
+def armed() -> tuple[str, int] | None:
+    """The point and occurrence ``WHALE_FAULT`` names, or None. A name that is not a point raises ValueError."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return None
+    name, _, count = spec.partition(":")
+    if name not in POINTS or (count and not count.isdigit()):
+        raise ValueError(f"{ENV}={spec!r}: expected <point>[:<n>] with a point among {sorted(POINTS)}")
+    return name, int(count or 1)
+
+
+def point(name: str) -> None:
+    """Reached ``name``: SIGKILL this process (group) if ``WHALE_FAULT`` arms it for this occurrence; else, at the
+    end of a task's body, note the task's work as done in ``WHALE_FAULT_JOURNAL`` (when set)."""
+    target = armed()
+    if target is not None and target[0] == name:
+        with _lock:
+            _reached[name] = _reached.get(name, 0) + 1
+            hit = _reached[name] == target[1]
+        if hit:
+            if os.getpgrp() == os.getpid():
+                os.killpg(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get(JOURNAL) and not name.startswith("grpo-update-"):
+        _journal(name)
+
+
+def _journal(name: str) -> None:
+    """Append ``<point> <cache key>`` of the running task: a test reads it to check that no completed piece of work
+    (one cache key) was computed twice across a run's kills and resumes (Prefect's own records hold no cache key)."""
+    from prefect.context import TaskRunContext
+
+    ctx = TaskRunContext.get()
+    key_fn = ctx.task.cache_key_fn if ctx is not None else None
+    key = key_fn(ctx, ctx.parameters or {}) if ctx is not None and key_fn is not None else "?"
+    with _lock, open(os.environ[JOURNAL], "a", encoding="utf-8") as f:
+        f.write(f"{name} {key}\n")
+
+
+def trainer_callbacks() -> list[Any]:
+    """The GRPO update's points as a ``transformers`` callback (empty unless a GRPO point is armed)."""
+    target = armed()
+    if target is None or not target[0].startswith("grpo-update-"):
+        return []
+    from transformers import TrainerCallback
+
+    class _Fault(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            point("grpo-update-before-checkpoint")
+
+        def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            point("grpo-update-after-checkpoint")
+
+    return [_Fault()]
