@@ -3,6 +3,7 @@ the exact token ids a rollout feeds the model, demos as user/assistant turns, th
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,17 @@ def test_left_padded_batches_match_unpadded_single_prompts(policy) -> None:  # t
             )
         alone = tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True).split("\n")[0]
         assert t.completions == [alone], t.problem_id
+
+
+@pytest.mark.parametrize("name", ["smollm2-arith-chat-prefix.yaml", "smollm2-arith-chat-prose.yaml"])
+def test_shipped_chat_harness_examples_render_on_a_real_template(name: str, policy) -> None:  # type: ignore[no-untyped-def]
+    h = Harness.from_file(Path(__file__).resolve().parents[2] / "docs" / "harnesses" / name)
+    text, ids = _render_ids(h, policy.tokenizer)
+    assert h.is_chat and ids[0] == policy.tokenizer.bos_token_id and "12+35" in text
+    assert text.count("<|im_start|>assistant\n") == h.spec.fewshot.k + 1
+    if h.spec.messages and h.spec.messages[-1].role == "assistant":
+        assert text.endswith("<|im_start|>assistant\n12+35=")
+        demos = re.findall(r"assistant\n(\d+)\+(\d+)=(\d+)<\|im_end\|>", text)
+        assert len(demos) == h.spec.fewshot.k and all(int(a) + int(b) == int(c) for a, b, c in demos)
+    else:
+        assert text.endswith("<|im_start|>assistant\n")
