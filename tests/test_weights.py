@@ -334,3 +334,154 @@ def test_chat_prompts_are_tokenized_by_trl_as_rollouts_tokenize_them(suite: Any)
     fixed = _trl_chat_prompt(text, tok, chat.name)
     assert text.startswith(tok.bos_token) and not fixed.startswith(tok.bos_token)
     assert tok(fixed).input_ids == tok(text, add_special_tokens=False).input_ids  # TRL's view == rollout's view
+
+
+# ------------------------------------------------------------------------- memory: micro-batches, completion logits
+
+
+SUM = """
+whale_harness: 1
+name: small-sum
+instruction: Add the two numbers.
+template: "{{ instruction }}\\n{{ a }}+{{ b }}="
+parse: [{regex: '([0-9]+)'}]
+decoding: {temperature: 0.0, max_new_tokens: 4, stop: ["\\n"]}
+"""
+
+
+class _Recording(_CountingHarness):
+    """Delegates to a harness and records every completion it is asked to parse."""
+
+    def __init__(self, inner: Harness) -> None:
+        super().__init__(inner)
+        self.seen: list[str] = []
+
+    def parse_answer(self, completion: str) -> str:
+        self.seen.append(completion)
+        return super().parse_answer(completion)
+
+
+def _leg_with_spies(model_dir: Path, cfg: WeightsConfig, out: Path, harness: Harness, suite: Any) -> dict[str, Any]:
+    """One leg on ``model_dir`` recording the completions parsed, the logged losses, the rows of each backbone pass
+    and each LM-head module call while gradients are on (the loss passes; generation runs under no_grad)."""
+    import torch
+    from transformers import TrainerCallback
+
+    pol, rec = policy(model_dir), _Recording(harness)
+    passes: list[int] = []
+    head_calls: list[tuple[int, ...]] = []
+    losses: list[float] = []
+
+    def backbone(module: Any, inputs: Any, output: Any) -> None:
+        if torch.is_grad_enabled():
+            passes.append(output.last_hidden_state.shape[0])
+
+    def head(module: Any, inputs: Any, output: Any) -> None:
+        if torch.is_grad_enabled():
+            head_calls.append(tuple(output.shape))
+
+    class Losses(TrainerCallback):  # type: ignore[misc]
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
+            if logs and "loss" in logs:
+                losses.append(float(logs["loss"]))
+
+    hooks = [
+        pol.model.base_model.register_forward_hook(backbone),
+        pol.model.get_output_embeddings().register_forward_hook(head),
+    ]
+    try:
+        res = train_weights_leg(pol, rec, suite, cfg, out_dir=out, callbacks=[Losses()])
+    finally:
+        for h in hooks:
+            h.remove()
+    return {"res": res, "seen": rec.seen, "passes": passes, "head": head_calls, "losses": losses, "policy": pol}
+
+
+@pytest.mark.slow
+def test_micro_batched_leg_trains_on_the_same_completions_with_completion_logits_only(
+    small_llama_dir: Path, suite: Any, tmp_path: Path
+) -> None:
+    harness = Harness.from_text(SUM)
+    base = dict(steps=1, save_steps=50, per_device_train_batch_size=8, num_generations=4, temperature=1.0,
+                learning_rate=1e-2, shaping_weight=1.0)  # fmt: skip
+    whole = _leg_with_spies(small_llama_dir, WeightsConfig(**base), tmp_path / "whole", harness, suite)
+    split_cfg = WeightsConfig(**base, micro_batch_size=2, gradient_checkpointing=True)
+    split = _leg_with_spies(small_llama_dir, split_cfg, tmp_path / "split", harness, suite)
+    # the same 8 completions per step (same prompts, same seeds), whatever the micro-batch; each parsed by 2 rewards
+    assert len(whole["seen"]) == 16 and whole["seen"] == split["seen"]
+    assert whole["res"].completions == split["res"].completions == 8
+    # the same objective: 4 accumulated passes of 2 give the one-pass loss (TRL normalises over the whole step)
+    assert len(whole["losses"]) == len(split["losses"]) == 1
+    assert split["losses"][0] == pytest.approx(whole["losses"][0], rel=1e-4, abs=1e-6)
+    # one backbone pass of 8 rows vs 4 passes of 2, and never full logits: the LM head module (which returns
+    # rows x positions x vocabulary logits) is not run with gradients on; TRL's fused head projects the hidden states
+    # through its weight in tiles and keeps the completion tokens' log-probabilities only
+    assert whole["passes"] == [8] and split["passes"] == [2, 2, 2, 2]
+    assert whole["head"] == split["head"] == []
+    # LoRA weights moved, the base weights did not
+    before = safetensors(small_llama_dir)
+    for run in (whole, split):
+        adapter = safetensors(Path(run["res"].checkpoint.path))
+        assert any("lora_B" in k and v.abs().sum() > 0 for k, v in adapter.items())
+        trained = {
+            k.replace("base_model.model.", "").replace(".base_layer", ""): v.detach()
+            for k, v in run["policy"].model.named_parameters()
+            if "lora_" not in k
+        }
+        for name, value in before.items():
+            if name in trained:
+                assert (trained[name] == value).all(), name
+
+
+def test_micro_batch_size_is_validated_naming_the_valid_values() -> None:
+    from whale_core.weights_config import micro_batching
+
+    with pytest.raises(ValueError, match=r"micro_batch_size \(5\) must divide .* valid values: 1, 2, 4, 8, 16"):
+        WeightsConfig(per_device_train_batch_size=16, micro_batch_size=5)
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        WeightsConfig(micro_batch_size=0)
+    assert micro_batching(WeightsConfig()) == (64, 1)  # the default: one pass per step, as before
+    cfg = WeightsConfig(per_device_train_batch_size=32, num_generations=8, micro_batch_size=4)
+    assert micro_batching(cfg) == (4, 8) and completions_per_step(cfg) == 32
+    with pytest.raises(ValueError, match="set by WHALE"):
+        from whale_core.weights import _grpo_args
+
+        bad = WeightsConfig(extra={"gradient_accumulation_steps": 2})
+        _grpo_args(bad, Path("/nonexistent"), 1, 4, True, False)
+
+
+@pytest.mark.slow
+def test_train_and_eval_end_completions_by_one_stop_rule(small_llama_dir: Path, suite: Any, tmp_path: Path) -> None:
+    """Issue 19: training and evaluation cut completions by one rule (whale_core.stops). Checked on a BPE tokenizer
+    whose generation config lists a second end token, as real instruct models' do: the end tokens the weights leg
+    gives TRL are the ones rollouts stop on, and the tokens TRL sampled are cut to the same text either way."""
+    from whale_core.rollout import rollout
+    from whale_core.stops import cut_at_stop, finish
+
+    harness, stops = Harness.from_text(SUM).evolve(decoding={"max_new_tokens": 8}), ["\n"]
+    pol = policy(small_llama_dir)
+    tok, real = pol.tokenizer, pol.model.generate
+    calls: list[tuple[list[int], list[list[int]]]] = []  # (end ids, new tokens per row) of each generate call
+
+    def recording_generate(*args: Any, **kw: Any) -> Any:
+        out = real(*args, **kw)
+        eos = kw["generation_config"].eos_token_id
+        calls.append(([eos] if isinstance(eos, int) else list(eos), out[:, kw["input_ids"].shape[1] :].tolist()))
+        return out
+
+    pol.model.generate = recording_generate
+    vocab = tok.get_vocab()
+    second_end = vocab["="]  # real instruct models list several end tokens; this one is frequent in these prompts
+    pol.model.generation_config.eos_token_id = [tok.eos_token_id, second_end]
+    rollout(pol, harness, suite, suite.problems("train")[:8])
+    cfg = WeightsConfig(steps=1, save_steps=50, per_device_train_batch_size=8, num_generations=4, temperature=1.0)
+    train_weights_leg(pol, harness, suite, cfg, out_dir=tmp_path / "leg")
+    (eval_ends, _), (train_ends, sampled) = calls[0], calls[-1]
+    assert second_end in eval_ends and set(eval_ends) == set(train_ends)
+    assert vocab["Ċ"] in eval_ends  # "\n" is one token here: an end token too
+    # the tokens TRL sampled, and the same with the second end token placed after the first token
+    rows = [r for row in sampled for r in (row, [row[0], second_end, *row[1:]])]
+    for row in rows:
+        n = next((k + 1 for k, t in enumerate(row) if t in train_ends), len(row))  # TRL's completion mask
+        trained = cut_at_stop(tok.decode(row[:n], skip_special_tokens=True), stops)  # TRL's text, the reward's cut
+        assert finish(tok, row, eval_ends, stops) == (trained, n)

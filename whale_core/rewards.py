@@ -15,7 +15,7 @@ completion: anything that fails to parse (or makes the scorer raise) scores 0.
 
 Population (the co-overfitting mitigation): built with ``population=[h0, h1, ...]`` instead of one harness, a reward
 parses each completion with the member named by the dataset's ``harness_idx`` column (the member that rendered that
-prompt), cut at that member's stop strings.
+prompt), cut at that member's stop strings (the stop rule of `whale_core.stops`).
 
 Simplified: the harness's ``inference.samples``/``aggregate`` (self-consistency) is an evaluation-time policy and plays
 no part here: each sampled completion is rewarded on its own, which is what GRPO's group advantage needs.
@@ -28,6 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from whale_core.stops import cut_at_stop
 from whale_core.suites.base import Problem
 
 
@@ -37,17 +38,6 @@ class _HarnessLike(Protocol):
 
 class _SuiteLike(Protocol):
     def score(self, answer: str | None, problem: Problem) -> float: ...
-
-
-def cut_at_stop(text: str, stops: Iterable[str]) -> str:
-    """``text`` up to (not including) the earliest occurrence of any non-empty stop string."""
-    cut = len(text)
-    for stop in stops:
-        if stop:
-            at = text.find(stop)
-            if 0 <= at < cut:
-                cut = at
-    return text[:cut]
 
 
 def completion_text(completion: Any) -> str:
@@ -61,7 +51,10 @@ def completion_text(completion: Any) -> str:
 
 
 def parse_or_none(harness: _HarnessLike, completion: Any, stops: Sequence[str]) -> str | None:
-    """The harness-parsed answer of a completion (cut at the first stop string), or ``None`` if anything fails."""
+    """The harness-parsed answer of a completion (cut at the first stop string), or ``None`` if anything fails.
+
+    TRL decoded the completion's tokens up to its first end token (the ids `whale_core.stops.end_token_ids` gave it),
+    so with this cut the text is the one evaluation's `whale_core.stops.finish` makes of the same tokens."""
     try:
         return harness.parse_answer(cut_at_stop(completion_text(completion), stops))
     except Exception:  # parse errors, but also any bug in a user's parse pipeline: a reward never raises

@@ -2,14 +2,16 @@
 
 `rollout()` renders every problem through the harness (few-shot demos from the train split), tokenizes, sorts the
 prompts by length (so a batch pads little), generates ``inference.samples`` completions per problem in batches of
-``batch_size`` rows with left padding, cuts each completion at the first stop string, parses it with the harness,
-aggregates the samples (``majority`` vote over parsed answers, ties broken by first occurrence; or ``first``) and
-scores the answer with the suite.
+``batch_size`` rows with left padding, ends each completion by the stop rule the weights leg shares
+(`whale_core.stops`: end tokens, then a cut before the earliest stop string), parses it with the harness, aggregates
+the samples (``majority`` vote over parsed answers, ties broken by first occurrence; or ``first``) and scores the
+answer with the suite.
 
 Decoding comes only from ``harness.spec.decoding`` (a fresh ``GenerationConfig``: the model's own generation
-defaults, such as a repetition penalty, are ignored): temperature 0 is greedy, else sampling with ``top_p`` and no
-top-k, seeded by ``seed`` per batch (the global torch RNG is forked, so callers' RNG state is untouched). Sampled
-completions therefore depend on the batch composition; greedy ones do not (up to float ties).
+defaults, such as a repetition penalty, are ignored; only its EOS ids are kept, by the stop rule): temperature 0 is
+greedy, else sampling with ``top_p`` and no top-k, seeded by ``seed`` per batch (the global torch RNG is forked, so
+callers' RNG state is untouched). Sampled completions therefore depend on the batch composition; greedy ones do not
+(up to float ties).
 
 Failure isolation: a problem that fails to render, whose prompt is too long for the model, whose completion does not
 parse, or whose scorer raises, scores 0 with the reason in ``Trace.error``; only systemic faults (a broken model or
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from whale_core.harness import AnswerParseError, Harness
 from whale_core.harness import chat as _chat
+from whale_core.stops import end_token_ids, finish, multi_token_stops
 from whale_core.suites.base import Problem, Suite
 
 if TYPE_CHECKING:
@@ -115,28 +118,6 @@ def aggregate(parsed: Sequence[str | None], how: str) -> str | None:
     return next(p for p in parsed if p is not None and counts[p] == best)
 
 
-def _cut(text: str, stops: Sequence[str]) -> str:
-    cut = len(text)
-    for s in stops:
-        i = text.find(s)
-        if i != -1:
-            cut = min(cut, i)
-    return text[:cut]
-
-
-def _stop_token_ids(tokenizer: Any, stops: Sequence[str]) -> tuple[list[int], list[str]]:
-    """Stop strings that are exactly one token (stopped on as extra EOS ids, free) and the rest (stop criteria)."""
-    ids: list[int] = []
-    multi: list[str] = []
-    for s in stops:
-        enc = tokenizer(s, add_special_tokens=False).input_ids
-        if len(enc) == 1 and tokenizer.decode(enc) == s:
-            ids.append(enc[0])
-        else:
-            multi.append(s)
-    return ids, multi
-
-
 def _safe_score(suite: Suite, answer: str | None, problem: Problem) -> tuple[float, str | None]:
     try:
         value = float(suite.score(answer, problem))
@@ -202,8 +183,9 @@ def rollout(
     # Rows: (problem index, sample index); longest prompts first so each batch pads little.
     rows = [(i, j) for i in range(n) if prompt_ids[i] is not None for j in range(gen_per_problem)]
     rows.sort(key=lambda r: -len(prompt_ids[r[0]] or ()))
-    stop_ids, multi_stops = _stop_token_ids(tok, spec.decoding.stop)
-    eos_ids = sorted({*stop_ids, *([tok.eos_token_id] if tok.eos_token_id is not None else [])})
+    stops = list(spec.decoding.stop)
+    eos_ids = end_token_ids(tok, model, [stops])  # the stop rule training shares (whale_core.stops)
+    multi_stops = multi_token_stops(tok, stops)
     gcfg = GenerationConfig(
         max_new_tokens=spec.decoding.max_new_tokens,
         do_sample=not greedy,
@@ -219,7 +201,6 @@ def rollout(
     ntoks: dict[tuple[int, int], int] = {}
     total_rows = len(rows)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-    eos_set = set(eos_ids)
     fork_devices = [policy.device] if policy.device.type == "cuda" else []
     with torch.inference_mode(), torch.random.fork_rng(devices=fork_devices):
         for b, start in enumerate(range(0, total_rows, batch_size)):
@@ -242,10 +223,7 @@ def rollout(
             )
             new = out[:, width:].tolist()
             for r, row in enumerate(batch):
-                toks = new[r]
-                cut = next((k + 1 for k, t in enumerate(toks) if t in eos_set), len(toks))
-                ntoks[row] = cut
-                texts[row] = tok.decode(toks[:cut], skip_special_tokens=True)
+                texts[row], ntoks[row] = finish(tok, new[r], eos_ids, stops)
             if progress is not None:
                 progress(min(start + batch_size, total_rows), total_rows)
 
@@ -254,7 +232,7 @@ def rollout(
         if errors[i] is not None:
             traces.append(Trace(p.id, prompts[i], [], [], None, p.answer, 0.0, [], errors[i], 0, 0))
             continue
-        gen = [_cut(texts[(i, j)], spec.decoding.stop) for j in range(gen_per_problem)]
+        gen = [texts[(i, j)] for j in range(gen_per_problem)]
         completions = gen * samples if greedy else gen
         parsed: list[str | None] = []
         first_error: str | None = None

@@ -22,10 +22,17 @@ incumbent for an ``incumbent_weight`` share, the others round-robin (`whale_core
 seeded) — and its completions are rewarded as parsed by that member (``harness_idx`` column). The checkpoint still
 records the incumbent's sha: it is the harness the leg was anchored on.
 
+Completions end by the stop rule evaluation uses (`whale_core.stops`): TRL stops at the same end-token ids and the
+rewards parse its decoded text cut at the same stop strings, so a completion is rewarded as it would be scored.
+
+Memory: ``micro_batch_size`` splits a step's completions into forward/backward passes (gradient accumulation; the
+completions per step, the prompts and the seeds do not change); TRL computes log-probabilities of completion tokens
+only, through its fused LM head (no full-vocabulary logits over prompt positions); ``gradient_checkpointing``
+recomputes activations. Measured on SmolLM2-135M in docs/weights-leg.md.
+
 Simplified: the difficulty filter probes a seeded sample of train problems with the base policy (its cost is counted
-in ``LegResult.completions``); stop strings that are one token end generation (they join the EOS ids), longer ones
-are cut before parsing only (with a population, only the stop tokens all members share end generation); the
-difficulty filter probes with the incumbent alone; the GPU-only vLLM options are passed through to TRL untested here.
+in ``LegResult.completions``); the difficulty filter probes with the incumbent alone; the GPU-only vLLM options are
+passed through to TRL untested here.
 """
 
 from __future__ import annotations
@@ -45,8 +52,9 @@ from typing import Any
 
 from whale_core.checkpoints import CHECKPOINT_FILE, Checkpoint, save_checkpoint
 from whale_core.rewards import SimilarityReward, TaskScoreReward
+from whale_core.stops import end_token_ids
 from whale_core.suites.base import Problem
-from whale_core.weights_config import DifficultyFilter, WeightsConfig, completions_per_step
+from whale_core.weights_config import DifficultyFilter, WeightsConfig, completions_per_step, micro_batching
 
 __all__ = [  # the records and config are defined next door and re-exported: the weights leg's API in one place
     "CHECKPOINT_FILE",
@@ -70,6 +78,9 @@ _OWNED = {
     "logging_steps",
     "save_strategy",
     "activation_checkpointing",
+    "gradient_accumulation_steps",  # the three batch knobs follow weights.per_device_train_batch_size/micro_batch_size
+    "steps_per_generation",
+    "generation_batch_size",
 }
 
 
@@ -132,12 +143,16 @@ def _grpo_args(
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(f"weights.extra: {key!r} is not a GRPOConfig field{hint}")
         if key in _OWNED or key in WeightsConfig.model_fields:
-            raise ValueError(f"weights.extra: {key!r} is set by WHALE; use weights.{key} if it is a WeightsConfig knob")
+            raise ValueError(
+                f"weights.extra: {key!r} is set by WHALE; batch sizes: weights.per_device_train_batch_size "
+                "(completions per step) and weights.micro_batch_size (per pass); other knobs: weights.<name>"
+            )
     bf16 = cfg.bf16 if cfg.bf16 is not None else (not on_cpu and cuda_bf16)
-    same = ("learning_rate", "lr_scheduler_type", "warmup_steps", "per_device_train_batch_size", "num_generations",
-            "temperature", "beta", "loss_type", "scale_rewards", "seed", "save_steps", "use_vllm",
-            "vllm_mode")  # fmt: skip
+    same = ("learning_rate", "lr_scheduler_type", "warmup_steps", "num_generations", "temperature", "beta",
+            "loss_type", "scale_rewards", "seed", "save_steps", "use_vllm", "vllm_mode")  # fmt: skip
+    micro, accumulate = micro_batching(cfg)
     kwargs: dict[str, Any] = {k: getattr(cfg, k) for k in same} | dict(
+        per_device_train_batch_size=micro, gradient_accumulation_steps=accumulate,
         output_dir=str(trainer_dir), max_steps=max_steps, max_completion_length=max_len, data_seed=cfg.seed,
         logging_steps=1, save_strategy="steps", save_total_limit=2, report_to="none", disable_tqdm=True,
         use_cpu=on_cpu, bf16=bf16, activation_checkpointing=cfg.gradient_checkpointing, log_completions=False,
@@ -193,15 +208,6 @@ def _prepare_model(policy: Any, cfg: WeightsConfig, parent: Checkpoint | None) -
         task_type="CAUSAL_LM",
     )
     return model, peft_config, base_path
-
-
-def _stop_token_ids(tokenizer: Any, stops: Sequence[str]) -> list[int]:
-    ids = []
-    for s in stops:
-        enc = tokenizer.encode(s, add_special_tokens=False)
-        if s and len(enc) == 1:
-            ids.append(int(enc[0]))
-    return ids
 
 
 def _trl_chat_prompt(text: str, tokenizer: Any, name: str) -> str:
@@ -356,11 +362,8 @@ def train_weights_leg(
 
     gen_cfg = model.generation_config
     saved_eos = gen_cfg.eos_token_id
-    eos = [saved_eos] if isinstance(saved_eos, int) else list(saved_eos or [])
-    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
-        eos.insert(0, tokenizer.eos_token_id)
-    shared = set.intersection(*(set(_stop_token_ids(tokenizer, st)) for st in member_stops))
-    gen_cfg.eos_token_id = eos + [i for i in _stop_token_ids(tokenizer, stops) if i in shared and i not in eos]
+    # TRL ends completions at the model's EOS ids (read at construction): the stop rule rollouts use (whale_core.stops)
+    gen_cfg.eos_token_id = end_token_ids(tokenizer, model, member_stops)
     with _quiet():
         try:
             trainer = GRPOTrainer(

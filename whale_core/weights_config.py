@@ -1,6 +1,13 @@
 """The weights leg's configuration (`WeightsConfig`, section ``weights`` of a WHALE config) and the difficulty
 filter's (`DifficultyFilter`). Defaults are the tuned tiny-model recipe (docs/weights-leg.md); `whale_core.weights`
 turns them into TRL's ``GRPOConfig``.
+
+Batch sizes: ``per_device_train_batch_size`` keeps WHALE's meaning, the completions of one optimizer step (one
+generation batch: TRL's ``generation_batch_size``), so the budget and the seeds do not depend on memory settings;
+``micro_batch_size`` is how many of them go through one forward/backward pass (TRL's ``per_device_train_batch_size``,
+the step's gradient accumulated over ``per_device_train_batch_size // micro_batch_size`` passes). On a real model
+(SmolLM2-135M: 49k vocabulary, 30 layers) the activations of 64 completions in one pass need >20 GB; a micro-batch
+of 8 with ``gradient_checkpointing`` fits in a few GB (docs/weights-leg.md).
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from whale_core.robustness import PopulationConfig
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
 Scheduler = Literal["constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr"]
 
-__all__ = ["DifficultyFilter", "WeightsConfig", "completions_per_step"]
+__all__ = ["DifficultyFilter", "WeightsConfig", "completions_per_step", "micro_batching"]
 
 
 class DifficultyFilter(BaseModel):
@@ -41,7 +48,15 @@ class WeightsConfig(BaseModel):
     steps: int = Field(300, ge=1)
     learning_rate: float = Field(2e-4, gt=0)
     num_generations: int = Field(4, ge=2, description="group size G (completions per prompt)")
-    per_device_train_batch_size: int = Field(64, ge=2, description="completions per step; a multiple of G")
+    per_device_train_batch_size: int = Field(
+        64, ge=2, description="completions per optimizer step (one generation batch); a multiple of num_generations"
+    )
+    micro_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="completions per forward/backward pass (gradients accumulate over the step); must divide "
+        "per_device_train_batch_size; None: the whole step in one pass",
+    )
     temperature: float = Field(0.5, gt=0, description="exploration temperature (not the harness's)")
     beta: float = Field(0.0, ge=0)
     loss_type: LossType = "dapo"
@@ -61,7 +76,9 @@ class WeightsConfig(BaseModel):
     )
     save_steps: int = Field(100, ge=1)
     seed: int = 0
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in the backward pass (less memory, ~30 % more compute per pass)"
+    )
     bf16: bool | None = Field(None, description="None: on for CUDA with bf16 support, off on CPU")
     use_vllm: bool = Field(False, description="GPU only: TRL's vLLM generation (needs vllm installed)")
     vllm_mode: Literal["colocate", "server"] = "colocate"
@@ -75,6 +92,12 @@ class WeightsConfig(BaseModel):
                 f"per_device_train_batch_size ({self.per_device_train_batch_size}) must be a multiple of "
                 f"num_generations ({self.num_generations})"
             )
+        c, m = self.per_device_train_batch_size, self.micro_batch_size
+        if m is not None and c % m:
+            valid = ", ".join(str(d) for d in range(1, c + 1) if c % d == 0)
+            raise ValueError(
+                f"micro_batch_size ({m}) must divide per_device_train_batch_size ({c}); valid values: {valid}"
+            )
         f = self.difficulty_filter
         if f is not None and f.low > f.high:
             raise ValueError(f"difficulty_filter: low ({f.low}) must be <= high ({f.high})")
@@ -82,7 +105,16 @@ class WeightsConfig(BaseModel):
 
 
 def completions_per_step(cfg: WeightsConfig) -> int:
-    """Completions TRL generates per optimizer step (single process)."""
-    accum = int(cfg.extra.get("gradient_accumulation_steps", 1))
+    """Completions TRL generates per optimizer step (single process): one generation batch of
+    ``per_device_train_batch_size``, re-used for ``num_iterations`` steps when ``extra`` sets it. The micro-batch
+    does not change it."""
     iters = int(cfg.extra.get("num_iterations", 1))
-    return max(1, cfg.per_device_train_batch_size * accum // iters)
+    return max(1, cfg.per_device_train_batch_size // iters)
+
+
+def micro_batching(cfg: WeightsConfig) -> tuple[int, int]:
+    """TRL's ``(per_device_train_batch_size, gradient_accumulation_steps)`` for the leg: completions per pass and
+    passes per optimizer step (TRL's ``steps_per_generation`` defaults to the latter, so one generation batch holds
+    the step's ``per_device_train_batch_size`` completions)."""
+    micro = cfg.micro_batch_size or cfg.per_device_train_batch_size
+    return micro, cfg.per_device_train_batch_size // micro
