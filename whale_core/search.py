@@ -394,7 +394,16 @@ def run_harness_leg(
 
     if not valid:
         return HarnessLegResult(
-            incumbent, incumbent, False, inc_score, None, None, outcomes, scorer.completions, "no valid candidate"
+            incumbent,
+            incumbent,
+            False,
+            inc_score,
+            None,
+            None,
+            outcomes,
+            scorer.completions,
+            "no valid candidate",
+            proposer_usage=usage,  # the proposer's tokens and time were spent all the same
         )
 
     stopped: str | None = None

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -133,6 +134,41 @@ def test_a_prompt_that_cannot_fit_the_window_is_never_sent(small_llama_dir: Path
     assert srv.running() == []  # rejected before any server started
 
 
+def test_requests_sample_seeded_and_one_candidate_each_whatever_comes_back(
+    chat_model: Path, seed: Harness, server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What goes on the wire and what comes back, with the scripted server (conftest) standing in for the model's
+    replies: `transformers serve` itself is exercised by the slow tests below."""
+    import whale_core.proposers.served as served_mod
+
+    monkeypatch.setattr(served_mod, "serve", lambda *a, **kw: SimpleNamespace(api_base=server.api_base))
+    valid = seed.evolve(fewshot={"k": 2})
+    replies = [
+        "Sure! Here is a better harness: just add the numbers.",  # no block
+        "```yaml\nwhale_harness: 1\nname: [oops\n```",  # invalid YAML
+        f"```yaml\n{seed.text}```",  # a copy of the incumbent
+        f"Changed fewshot.\n```yaml\n{valid.text}```\nThat should help.",  # valid
+        f"```yaml\n{valid.text}```",  # the same again
+        "```yaml\n" + "whale_harness: 1\n" * 5000,  # huge, cut off inside the block
+    ]
+    for reply in replies:
+        server.push(reply)
+    proposer = ServedProposer(resolve_served_model(str(chat_model)), temperature=0.7, max_tokens=200)
+    out = proposer.propose(make_context(seed), len(replies))
+    assert len(server.requests) == len(replies)  # one request per candidate
+    reasons = [p.reason or "" for p in out]
+    assert [p.status for p in out].count("valid") == 1 and out[3].sha == valid.sha
+    assert "no fenced YAML block" in reasons[0] and "invalid YAML" in reasons[1] and reasons[2] == "no change"
+    assert "duplicate of an earlier candidate in this leg" in reasons[4]
+    assert any("never closed" in r for r in reasons[5:])
+    bodies = [r.body for r in server.requests]
+    assert bodies[0]["model"] == str(chat_model.resolve()) and bodies[0]["max_tokens"] == 200
+    config = json.loads(bodies[0]["generation_config"])  # sampling really on (see ServedProposer.sampling)
+    assert config["do_sample"] is True and config["temperature"] == 0.7 and config["eos_token_id"] is not None
+    assert len({b["seed"] for b in bodies}) == len(bodies)  # each request its own seed
+    assert len({b["messages"][1]["content"] for b in bodies}) > 1  # each asks to change a field in turn
+
+
 # ----------------------------------------------------------------------------------------- the real server
 
 
@@ -166,12 +202,12 @@ def test_served_leg_never_crashes_on_garbage_and_reuses_one_server(
         calls: list[int] = []
         complete = again._complete  # type: ignore[attr-defined]
 
-        def die_after_first(messages: Any, max_tokens: int | None = None) -> Any:
+        def die_after_first(messages: Any, **kw: Any) -> Any:
             calls.append(1)
             if len(calls) == 2:
                 server.process.kill()
                 server.process.wait()
-            return complete(messages, max_tokens=max_tokens)
+            return complete(messages, **kw)
 
         again._complete = die_after_first  # type: ignore[attr-defined]
         res3, _, _ = _leg(micro_policy, seed, suite, cfg, tmp_path / "leg3", again)
@@ -182,12 +218,12 @@ def test_served_leg_never_crashes_on_garbage_and_reuses_one_server(
         # records the proposer as unavailable and keeps the incumbent
         pids: list[int] = []
 
-        def die_first(messages: Any, max_tokens: int | None = None) -> Any:
+        def die_first(messages: Any, **kw: Any) -> Any:
             (current,) = srv.running()
             pids.append(current.process.pid)
             current.process.kill()
             current.process.wait()
-            return complete(messages, max_tokens=max_tokens)
+            return complete(messages, **kw)
 
         again._complete = die_first  # type: ignore[attr-defined]
         res4, archive4, run4 = _leg(micro_policy, seed, suite, cfg, tmp_path / "leg4", again)

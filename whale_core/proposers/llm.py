@@ -133,7 +133,11 @@ class LLMProposer:
             raise self._unavailable(f"no API key configured: set {', '.join(missing)} (or api_key_env)")
         return None
 
-    def _complete(self, messages: list[dict[str, str]], max_tokens: int | None = None) -> tuple[str, dict[str, float]]:
+    def _complete(
+        self, messages: list[dict[str, str]], max_tokens: int | None = None, extra: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, float]]:
+        """One chat completion: the reply's text (redacted) and its usage. ``max_tokens`` overrides the proposer's
+        for this request; ``extra`` adds request parameters (e.g. ``seed``, ``extra_body``)."""
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # as setup_offline_env(), without a mkdir
         import litellm
 
@@ -147,6 +151,7 @@ class LLMProposer:
             "timeout": self.timeout,
             "num_retries": self.num_retries,
             "drop_params": True,
+            **(extra or {}),
         }
         if self.api_base:
             kwargs["api_base"] = self.api_base

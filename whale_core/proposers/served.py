@@ -23,6 +23,7 @@ raises `ProposerUnavailable` (the leg records it and keeps the incumbent).
 
 from __future__ import annotations
 
+import json
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,22 @@ class ServedProposer(LLMProposer):
             )
         return messages, min(self.max_tokens, room)
 
+    def sampling(self, context: ProposalContext, index: int) -> dict[str, Any]:
+        """Request parameters that make the server sample at ``temperature``, seeded per (seed, iteration, request).
+
+        `transformers serve` applies a request's ``temperature`` to the model's generation config but keeps its
+        ``do_sample`` (false for most checkpoints, SmolLM2 included: it logs "generation flags are not valid ...
+        ['temperature']" and decodes greedily); a ``generation_config`` in the body replaces the model's, so it
+        carries the end-of-turn and pad tokens too.
+        """
+        seed = (context.seed * 1_000_003 + context.iteration * 1_009 + index) % (2**31)
+        if self.temperature <= 0:
+            return {"seed": seed}
+        tok = self.tokenizer
+        config = {"do_sample": True, "temperature": self.temperature, "top_p": 0.95}
+        config |= {"eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id or tok.eos_token_id}
+        return {"seed": seed, "extra_body": {"generation_config": json.dumps(config)}}
+
     def propose(self, context: ProposalContext, k: int) -> list[Proposal]:
         """``k`` requests, one candidate each; see `Proposer`. Starts the server on first use."""
         if k <= 0:
@@ -117,7 +134,7 @@ class ServedProposer(LLMProposer):
             if index == 0:
                 self.api_base = serve(self.served, device=self.device, start_timeout=self.start_timeout).api_base
             try:
-                reply, usage = self._complete(messages, max_tokens=reply_tokens)
+                reply, usage = self._complete(messages, max_tokens=reply_tokens, extra=self.sampling(context, index))
             except ProposerUnavailable as exc:
                 if not out:
                     raise
