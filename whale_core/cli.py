@@ -3,21 +3,26 @@
 Single legs (no orchestration): ``whale eval``, ``whale train`` (a weights leg), ``whale search`` (a harness leg).
 Whole runs through Prefect + MLflow: ``whale run``, ``whale resume``, ``whale rerun``, ``whale deploy``, ``whale ui``,
 ``whale compare``. ``whale config`` prints the full default configuration that ``--config``/``--set`` change.
+User errors are one line, ``error: <message>``, exit code 2 (`whale_core.cli_guard`).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
+import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
+from whale_core.cli_guard import CliError, GuardedGroup
 from whale_core.cli_models import models_app
 from whale_core.env import setup_offline_env
 
 app = typer.Typer(
+    cls=GuardedGroup,  # every command's user errors: one line, exit 2 (cli_guard)
     help=(
         "WHALE jointly optimizes an LLM's weights (GRPO + LoRA) and its harness (the prompt template, few-shot "
         "demos, answer format, parsing and inference policy) by alternating block ascent.\n\n"
@@ -31,7 +36,13 @@ app = typer.Typer(
 app.add_typer(models_app, name="models")
 
 ModelOpt = Annotated[
-    str, typer.Option("--model", "-m", help="'tiny' (built locally on first use) or a local HF model dir")
+    str,
+    typer.Option(
+        "--model",
+        "-m",
+        help="'tiny' (ships with WHALE), an installed model's name (`whale models install NAME`) or a local Hugging "
+        "Face model directory (with config.json)",
+    ),
 ]
 SuiteOpt = Annotated[str, typer.Option("--suite", "-s", help="arith | sort | jsonl | pkg.module:Class")]
 HarnessOpt = Annotated[
@@ -39,7 +50,7 @@ HarnessOpt = Annotated[
 ]
 DataOpt = Annotated[Path | None, typer.Option("--data", help="JSONL file for --suite jsonl")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="seed for suites, demos, sampling and training")]
-DeviceOpt = Annotated[str, typer.Option("--device", help="auto | cpu | cuda | cuda:N | mps")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto | cpu | cuda | cuda:N | mps (refused if not present)")]
 
 
 def _console() -> Any:
@@ -48,9 +59,8 @@ def _console() -> Any:
     return Console()
 
 
-def _fail(msg: str) -> None:
-    _console().print(f"[bold red]error:[/] {msg}")
-    raise typer.Exit(2)
+def _fail(msg: str) -> NoReturn:
+    raise CliError(msg)
 
 
 def _suite(name: str, data: Path | None, seed: int) -> Any:
@@ -99,6 +109,19 @@ def _progress_rollout(
         )
 
 
+def _new_compare_id() -> str:
+    """``cmp-<YYYYmmdd-HHMMSS>-<6 hex>``: unique, since a compare started with an existing id resumes it (two started
+    in the same second must not share one)."""
+    return f"cmp-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def _check_model(cfg: Any) -> None:
+    """The config's model, adapter and device, checked before a flow starts (a typo: one error line, no failed run)."""
+    from whale_core.models.policy import check_model
+
+    check_model(cfg.model.name, cfg.model.device, cfg.model.adapter)
+
+
 def _start_prefect_server() -> None:
     """Start the temporary Prefect server (when no server is configured) now, before anything imports Prefect, so
     that it boots while the command imports and preloads (see flows/prefect_server.py)."""
@@ -108,46 +131,34 @@ def _start_prefect_server() -> None:
 
 
 def _run_dir(kind: str) -> Path:
+    """A new directory ``$WHALE_HOME/runs/<kind>-<YYYYmmdd-HHMMSS>`` for this command alone. The name has a
+    one-second resolution, so the directory is claimed with an atomic ``mkdir`` (no ``exist_ok``): a second command
+    started in the same second gets ``…-HHMMSS-2`` (then ``-3``, …) instead of writing into the first one's."""
     from whale_core.env import whale_home
 
-    d = whale_home() / "runs" / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def _guard(fn: Any) -> Any:
-    """Turn WHALE's expected errors (bad harness, config, suite, model path, a temporary Prefect server that did not
-    come up) into a clean message + exit code 2."""
-    import functools
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    root = whale_home() / "runs"
+    root.mkdir(parents=True, exist_ok=True)
+    stem = f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+    for i in itertools.count(1):
+        d = root / (stem if i == 1 else f"{stem}-{i}")
         try:
-            return fn(*args, **kwargs)
-        except Exception as exc:  # the error types are imported only now: a command starts without those imports
-            from flows.prefect_server import ServerStartError
-            from whale_core.config import ConfigError
-            from whale_core.harness import HarnessError
-            from whale_core.suites import SuiteError
-
-            if isinstance(exc, (ConfigError, HarnessError, SuiteError, FileNotFoundError, ServerStartError)):
-                _fail(str(exc))
-            raise
-
-    return wrapper
+            d.mkdir()
+        except FileExistsError:
+            continue
+        return d
+    raise AssertionError("unreachable")  # itertools.count() never ends
 
 
 @app.command("eval")
-@_guard
 def eval_cmd(
     model: ModelOpt = "tiny",
     suite: SuiteOpt = "arith",
     harness: HarnessOpt = None,
     data: DataOpt = None,
     split: Annotated[str, typer.Option(help="val | test | train")] = "val",
-    n: Annotated[int | None, typer.Option("-n", help="evaluate the first N problems of the split")] = None,
+    n: Annotated[int | None, typer.Option("-n", min=1, help="evaluate the first N problems of the split")] = None,
     adapter: Annotated[str | None, typer.Option(help="LoRA adapter / checkpoint dir")] = None,
-    batch_size: Annotated[int, typer.Option(help="generation batch size")] = 64,
+    batch_size: Annotated[int, typer.Option(min=1, help="generation batch size")] = 64,
     out: Annotated[Path | None, typer.Option(help="traces JSONL path (default under $WHALE_HOME/runs/)")] = None,
     seed: SeedOpt = 0,
     device: DeviceOpt = "auto",
@@ -161,7 +172,7 @@ def eval_cmd(
         _fail(f"--split must be one of train, val, test (got {split!r})")
     s = _suite(suite, data, seed)
     h = _harness(harness, s)
-    problems = list(s.problems(split))[: n or None]
+    problems = list(s.problems(split))[:n]
     policy = _policy(model, device, adapter)
     result = _progress_rollout(policy, h, s, problems, batch_size=batch_size, seed=seed, split=split)
     path = out or _run_dir("eval") / "traces.jsonl"
@@ -177,18 +188,17 @@ def eval_cmd(
 
 
 @app.command("train")
-@_guard
 def train_cmd(
     model: ModelOpt = "tiny",
     suite: SuiteOpt = "arith",
     harness: HarnessOpt = None,
     data: DataOpt = None,
-    steps: Annotated[int | None, typer.Option(help="GRPO steps (default: weights.steps)")] = None,
+    steps: Annotated[int | None, typer.Option(min=1, help="GRPO steps (default: weights.steps)")] = None,
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="config override, e.g. weights.learning_rate=1e-4")
     ] = None,
     config: Annotated[Path | None, typer.Option(help="YAML config (its `weights:` section is used)")] = None,
-    n: Annotated[int, typer.Option("-n", help="val problems for the before/after score")] = 500,
+    n: Annotated[int, typer.Option("-n", min=1, help="val problems for the before/after score")] = 500,
     seed: SeedOpt = 0,
     device: DeviceOpt = "auto",
 ) -> None:
@@ -243,7 +253,6 @@ def train_cmd(
 
 
 @app.command("search")
-@_guard
 def search_cmd(
     model: ModelOpt = "tiny",
     suite: SuiteOpt = "arith",
@@ -253,7 +262,7 @@ def search_cmd(
         str, typer.Option(help="'mutate' (offline) or a litellm model, e.g. openai/gpt-4o-mini")
     ] = "mutate",
     api_base: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL for the proposer")] = None,
-    candidates: Annotated[int, typer.Option("-k", "--candidates", help="candidates to propose")] = 8,
+    candidates: Annotated[int, typer.Option("-k", "--candidates", min=1, max=64, help="candidates to propose")] = 8,
     prompt_only: Annotated[bool, typer.Option("--prompt-only", help="only the instruction may change")] = False,
     seed: SeedOpt = 0,
     device: DeviceOpt = "auto",
@@ -340,7 +349,6 @@ SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override, e.g. 
 
 
 @app.command("run")
-@_guard
 def run_cmd(
     config: ConfigOpt = None,
     set_: SetOpt = None,
@@ -361,6 +369,7 @@ def run_cmd(
 
     overrides = list(set_ or []) + ([f"mode={mode}"] if mode else [])
     cfg = load_config(config, overrides)
+    _check_model(cfg)
     from flows.whale_run import start_run
 
     _console().print(
@@ -371,7 +380,6 @@ def run_cmd(
 
 
 @app.command("resume")
-@_guard
 def resume_cmd(run: Annotated[str, typer.Argument(help="run id (see `whale runs`)")]) -> None:
     """Continue a stopped or crashed run: completed tasks come back Cached; MLflow runs are re-attached."""
     setup_offline_env()
@@ -382,7 +390,6 @@ def resume_cmd(run: Annotated[str, typer.Argument(help="run id (see `whale runs`
 
 
 @app.command("rerun")
-@_guard
 def rerun_cmd(
     run: Annotated[str, typer.Argument(help="run id")],
     iteration: Annotated[int, typer.Option("--iteration", "-i", help="iteration whose leg to recompute")],
@@ -410,7 +417,6 @@ def runs_cmd() -> None:
 
 
 @app.command("deploy")
-@_guard
 def deploy_cmd(
     cron: Annotated[str, typer.Option(help="cron schedule, e.g. '0 3 * * *' (nightly at 03:00)")],
     config: ConfigOpt = None,
@@ -432,7 +438,7 @@ def deploy_cmd(
 
 @app.command("ui")
 def ui_cmd(
-    port: Annotated[int, typer.Option(help="MLflow UI port on 127.0.0.1")] = 5000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="MLflow UI port on 127.0.0.1")] = 5000,
 ) -> None:
     """Start the MLflow UI on 127.0.0.1 over the embedded store (and print how to reach the Prefect UI)."""
     import os
@@ -468,21 +474,17 @@ def config_cmd(
     set_: Annotated[list[str] | None, typer.Option("--set", help="override, e.g. weights.steps=200")] = None,
 ) -> None:
     """Print the full configuration (defaults filled in) — copy it to a file, edit, pass it with `--config`."""
-    from whale_core.config import ConfigError, config_to_yaml, load_config
+    from whale_core.config import config_to_yaml, load_config
 
-    try:
-        typer.echo(config_to_yaml(load_config(config, set_ or [])))
-    except ConfigError as exc:
-        _fail(str(exc))
+    typer.echo(config_to_yaml(load_config(config, set_ or [])))
 
 
 @app.command("compare")
-@_guard
 def compare_cmd(
     config: ConfigOpt = None,
     set_: SetOpt = None,
     modes: Annotated[str, typer.Option(help="'all' or a comma list, e.g. whale-adaptive,harness-only")] = "all",
-    seeds: Annotated[int, typer.Option(help="seeds per mode (run seeds config.seed .. config.seed+N-1)")] = 3,
+    seeds: Annotated[int, typer.Option(min=1, help="seeds per mode (run seeds config.seed .. config.seed+N-1)")] = 3,
     sweep_phase: Annotated[
         str | None, typer.Option(help="whale-fixed phase lengths to sweep, e.g. 1,2,4,8 (phase.weights=phase.harness)")
     ] = None,
@@ -490,7 +492,7 @@ def compare_cmd(
         str | None, typer.Option("--id", help="comparison id; the same id resumes (default: generated)")
     ] = None,
     matrix: Annotated[bool, typer.Option("--matrix/--no-matrix", help="compute the robustness matrix")] = True,
-    matrix_n: Annotated[int | None, typer.Option(help="test problems per robustness-matrix cell")] = None,
+    matrix_n: Annotated[int | None, typer.Option(min=1, help="test problems per robustness-matrix cell")] = None,
 ) -> None:
     """Run every mode x seed under the same budget and write a comparison report (bar chart, training curves with
     leg switches, budget per leg, phase sweep, robustness matrix) under $WHALE_HOME/compare/ID, also in MLflow.
@@ -502,24 +504,26 @@ def compare_cmd(
     import sys
 
     setup_offline_env()
-    from whale_core.compare import CompareError, CompareSpec, parse_ints, parse_modes
+    from pydantic import ValidationError
+
+    from whale_core.compare import CompareSpec, parse_ints, parse_modes
     from whale_core.config import load_config
 
+    cfg = load_config(config, list(set_ or []))
+    _check_model(cfg)
+    matrix_cfg: dict[str, Any] = {"enabled": matrix}
+    if matrix_n is not None:
+        matrix_cfg["test_problems"] = matrix_n
     try:
-        cfg = load_config(config, list(set_ or []))
-        matrix_cfg: dict[str, Any] = {"enabled": matrix}
-        if matrix_n is not None:
-            matrix_cfg["test_problems"] = matrix_n
         spec = CompareSpec(
             modes=parse_modes(modes),
             seeds=[cfg.seed + i for i in range(seeds)],
             sweep_phase=parse_ints(sweep_phase, "--sweep-phase") if sweep_phase else [],
             matrix=matrix_cfg,  # type: ignore[arg-type]
         )
-    except (CompareError, ValueError) as exc:
-        _fail(str(exc))
-        return
-    cid = compare_id or f"cmp-{time.strftime('%Y%m%d-%H%M%S')}"
+    except ValidationError as exc:
+        _fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+    cid = compare_id or _new_compare_id()
     command = shlex.join(["whale", *sys.argv[1:]]) if sys.argv[1:2] == ["compare"] else ""
     if command and "--id" not in sys.argv:
         command += f" --id {cid}"
@@ -532,12 +536,8 @@ def compare_cmd(
         f"sweep={spec.sweep_phase or '-'} budget={cfg.budget.total} model={cfg.model.name}"
     )
     t0 = time.perf_counter()
-    try:
-        request = {"config": config.read_text() if config else None, "set": sorted(set_ or [])}
-        summary = start_compare(cfg, spec, cid, command=command, request=request)
-    except CompareError as exc:
-        _fail(str(exc))
-        return
+    request = {"config": config.read_text() if config else None, "set": sorted(set_ or [])}
+    summary = start_compare(cfg, spec, cid, command=command, request=request)
     from rich.table import Table
 
     from whale_core.compare import RunOutcome, aggregate

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from whale_core.models.policy import PolicyLoadError, base_model_id, load_policy, select_device
+from whale_core.models.policy import PolicyLoadError, base_model_id, check_model, load_policy, select_device
 
 
 def _foreign_model(path: Path) -> Path:
@@ -71,7 +71,9 @@ def test_hub_id_without_local_copy_is_a_clear_error(tmp_path: Path, monkeypatch:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(PolicyLoadError, match=r"looks like a hub id.*never downloads.*Qwen/Qwen2.5-0.5B"):
         load_policy("Qwen/Qwen2.5-0.5B", device="cpu")
-    with pytest.raises(PolicyLoadError, match="neither 'tiny' nor an existing local model directory"):
+    with pytest.raises(
+        PolicyLoadError, match=r"neither 'tiny', a named model .* nor an existing local model directory"
+    ):
         load_policy(str(tmp_path / "nowhere"), device="cpu")
     (tmp_path / "empty").mkdir()
     with pytest.raises(PolicyLoadError, match=r"no config\.json"):
@@ -110,9 +112,30 @@ def test_select_device() -> None:
     import torch
 
     assert select_device("cpu") == torch.device("cpu")
-    assert select_device("cuda:1") == torch.device("cuda:1")  # honored as given, even without a GPU
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus:
+        assert select_device(f"cuda:{gpus - 1}") == torch.device(f"cuda:{gpus - 1}")
+    # a device this machine does not have is refused here, not by torch's assertion at the first .to()
+    with pytest.raises(PolicyLoadError, match=f"device 'cuda:{gpus}' is not available"):
+        select_device(f"cuda:{gpus}")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is None or not mps.is_available():
+        with pytest.raises(PolicyLoadError, match="device 'mps' is not available"):
+            select_device("mps")
     expected = "cuda" if torch.cuda.is_available() else None
     auto = select_device("auto")
     assert auto.type in ("cuda", "mps", "cpu") and (expected is None or auto.type == expected)
     with pytest.raises(PolicyLoadError, match="unknown device 'tpu9'"):
         select_device("tpu9")
+    with pytest.raises(PolicyLoadError, match="unsupported device 'meta'"):
+        select_device("meta")
+
+
+def test_check_model_fails_fast_without_loading(foreign: Path, tmp_path: Path) -> None:
+    assert check_model(foreign, "cpu") == foreign.resolve()
+    with pytest.raises(PolicyLoadError, match=r"adapter directory .* does not exist"):
+        check_model(foreign, "cpu", adapter=tmp_path / "nowhere")
+    with pytest.raises(PolicyLoadError, match="unknown device"):
+        check_model(foreign, "nonsense")
+    with pytest.raises(PolicyLoadError, match="neither 'tiny'"):
+        check_model(tmp_path / "nowhere")

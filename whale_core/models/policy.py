@@ -26,7 +26,7 @@ from whale_core.errors import WhaleError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Policy", "PolicyLoadError", "base_model_id", "load_policy", "select_device"]
+__all__ = ["Policy", "PolicyLoadError", "base_model_id", "check_model", "load_policy", "select_device"]
 
 _MIB = 1 << 20
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -54,14 +54,31 @@ class Policy:
 
 
 def select_device(pref: str = "auto") -> torch.device:
-    """``auto`` picks cuda > mps > cpu; an explicit ``cpu``/``cuda``/``cuda:N``/``mps`` is honored as given."""
+    """``auto`` picks cuda > mps > cpu; an explicit ``cpu``/``cuda``/``cuda:N``/``mps`` is honored when this machine
+    has it, else a `PolicyLoadError` (not torch's assertion deep inside the first ``.to()``)."""
     import torch
 
     if pref != "auto":
         try:
-            return torch.device(pref)
+            dev = torch.device(pref)
         except RuntimeError as exc:
             raise PolicyLoadError(f"unknown device {pref!r}: use auto, cpu, cuda, cuda:N or mps") from exc
+        if dev.type == "cuda":
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if count == 0:
+                why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+                raise PolicyLoadError(f"device {pref!r} is not available: {why} (use cpu or auto)")
+            if dev.index is not None and dev.index >= count:
+                raise PolicyLoadError(
+                    f"device {pref!r} is not available: {count} CUDA GPU(s) here (cuda:0..cuda:{count - 1})"
+                )
+        elif dev.type == "mps":
+            mps = getattr(torch.backends, "mps", None)
+            if mps is None or not mps.is_available():
+                raise PolicyLoadError(f"device {pref!r} is not available: no Apple MPS here (use cpu or auto)")
+        elif dev.type != "cpu":
+            raise PolicyLoadError(f"unsupported device {pref!r}: use auto, cpu, cuda, cuda:N or mps")
+        return dev
     if torch.cuda.is_available():
         return torch.device("cuda")
     mps = getattr(torch.backends, "mps", None)
@@ -126,7 +143,33 @@ def _resolve_model_dir(model: str | Path, home: Path | None) -> Path:
             f"model {model!r} looks like a hub id, but WHALE never downloads models. Download it yourself "
             f"(e.g. `hf download {model} --local-dir models/{model.split('/')[-1]}`) and pass that directory."
         )
-    raise PolicyLoadError(f"model {str(model)!r} is neither 'tiny' nor an existing local model directory")
+    raise PolicyLoadError(
+        f"model {str(model)!r} is neither 'tiny', a named model (`whale models list`) nor an existing local model "
+        "directory"
+    )
+
+
+def _checked_adapter_dir(adapter: str | Path) -> Path:
+    """The adapter's resolved directory, checked before the base model is loaded (a typo fails in milliseconds)."""
+    path = Path(adapter).expanduser().resolve()
+    if not path.is_dir():
+        raise PolicyLoadError(f"adapter directory {path} does not exist")
+    if not (path / "adapter_config.json").exists():
+        raise PolicyLoadError(f"adapter {path} has no adapter_config.json: not a PEFT adapter directory")
+    return path
+
+
+def check_model(
+    model: str | Path, device: str = "auto", adapter: str | Path | None = None, home: Path | None = None
+) -> Path:
+    """What `load_policy` checks before it loads any weights (model reference, adapter directory, device), alone: a
+    command runs it before it starts a flow, so a typo is one error line, not a failed flow run. Returns the model
+    directory; raises `PolicyLoadError`."""
+    path = _resolve_model_dir(model, home)
+    if adapter is not None:
+        _checked_adapter_dir(adapter)
+    select_device(device)
+    return path
 
 
 def _dtype_for(device: torch.device) -> torch.dtype:
@@ -152,6 +195,7 @@ def load_policy(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base_path = _resolve_model_dir(model, home)
+    adapter_path = _checked_adapter_dir(adapter) if adapter is not None else None
     dev = select_device(device)
     net: Any
     try:
@@ -167,11 +211,7 @@ def load_policy(
     if net.generation_config is not None and net.generation_config.pad_token_id is None:
         net.generation_config.pad_token_id = tokenizer.pad_token_id
     pid = base_model_id(base_path)
-    adapter_path: Path | None = None
-    if adapter is not None:
-        adapter_path = Path(adapter).expanduser().resolve()
-        if not (adapter_path / "adapter_config.json").exists():
-            raise PolicyLoadError(f"adapter {adapter_path} has no adapter_config.json: not a PEFT adapter directory")
+    if adapter_path is not None:
         from peft import PeftModel
 
         try:

@@ -1,0 +1,51 @@
+"""How a user error looks on the ``whale`` command line: ``error: <message>``, one line on stderr, exit code 2.
+
+`GuardedGroup` is the root command group of `whale_core.cli`: every command and sub-command (``whale models …``
+included) runs inside its `invoke`, so this one place turns a user error into that line with no traceback, for
+commands written later too:
+
+- any `WhaleError` — structural: a new error class joins by subclassing it, no list of types to keep up to date;
+  anything else is a bug and keeps its traceback;
+- a sub-command's bad parameter value (a bound such as ``--batch-size 0``, a malformed number, a missing option),
+  which Typer would otherwise draw as a box wrapped to the terminal's width.
+
+Simplified: other usage errors (an unknown option or command) keep Typer's own box; they also exit 2.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from whale_core.errors import WhaleError
+
+__all__ = ["CliError", "GuardedGroup", "print_error"]
+
+
+class CliError(WhaleError, ValueError):
+    """A command-line argument that parsed but cannot be used (a bound, a choice); the message names the option."""
+
+
+def print_error(message: str) -> None:
+    """``error: <message>`` on one line of stderr: no rich markup (a message may quote ``[...]``), no wrapping at the
+    terminal's width, and a multi-line message (a YAML parser's, pydantic's) joined with ``; ``."""
+    text = "; ".join(line.strip() for line in message.splitlines() if line.strip())
+    typer.secho("error:", fg=typer.colors.RED, bold=True, err=True, nl=False)  # colour only on a terminal
+    typer.echo(f" {text}", err=True)
+
+
+class GuardedGroup(TyperGroup):
+    """The root command group (see the module docstring)."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer's vendored click.Context (a private module)
+        try:
+            return super().invoke(ctx)
+        except WhaleError as exc:
+            print_error(str(exc) or type(exc).__name__)
+            raise typer.Exit(2) from None
+        except typer.BadParameter as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            print_error(f"{exc.format_message()} (see `{where} --help`)")
+            raise typer.Exit(exc.exit_code) from None
