@@ -139,6 +139,14 @@ def test_prefect_yaml_deploys_whale_run_to_the_compose_pool() -> None:
     assert "WORKDIR /opt/whale" in (INFRA / "Dockerfile").read_text()
 
 
+def test_the_image_installs_whale_with_its_postgres_extra() -> None:
+    """The compose services reach Postgres with psycopg2 (WHALE_DB_URL, MLflow's backend store): the image installs
+    WHALE's own `postgres` extra, pinned by constraints.txt, not a driver of its own choosing."""
+    install = [ln for ln in (INFRA / "Dockerfile").read_text().splitlines() if "pip install -c constraints.txt" in ln]
+    assert len(install) == 1 and '".[postgres]"' in install[0], install
+    assert "pip install -c constraints.txt -e '.[postgres]'" in (INFRA / "README.md").read_text()
+
+
 # ------------------------------------------------------------------------------------------------- local servers
 def test_local_servers_script_syntax_and_usage() -> None:
     script = INFRA / "local_servers.sh"
