@@ -13,11 +13,16 @@ The three run in ``--repeats`` interleaved rounds after one untimed warm-up batc
 machine may be shared and noisy). Targets: rollout >= 0.8x raw throughput, >= 5x naive.
 
     python benchmarks/rollout_throughput.py [--model tiny] [--n 512] [--batch-size 64] [--naive-n 64] [--repeats 3]
+    python benchmarks/rollout_throughput.py --model smollm2-135m (or a model dir) --n 128 --naive-n 16 --max-digits 2
+
+All three end completions by the same rule (`whale_core.stops.end_token_ids`: the tokenizer's and the model's EOS ids
+plus single-token stops), so none generates tokens another stops before. Peak RSS of the process is printed too.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 from typing import Any
 
@@ -30,6 +35,7 @@ def main() -> None:
     ap.add_argument("--naive-n", type=int, default=64, help="problems for the naive loop (extrapolated to --n)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-digits", type=int, default=0, help="arith operand digits (0: the suite default)")
     args = ap.parse_args()
 
     from whale_core.env import setup_offline_env
@@ -41,17 +47,20 @@ def main() -> None:
     from whale_core.harness import AnswerParseError, Harness
     from whale_core.models.policy import load_policy
     from whale_core.rollout import rollout
+    from whale_core.stops import end_token_ids
     from whale_core.suites import SuiteConfig, load_suite
 
     policy = load_policy(args.model, device=args.device)
-    suite = load_suite(SuiteConfig(name="arith", sizes={"train": 3000, "val": max(args.n, 300), "test": 500}))
+    options = {"max_digits": args.max_digits} if args.max_digits else {}
+    sizes = {"train": 3000, "val": max(args.n, 300), "test": 500}
+    suite = load_suite(SuiteConfig(name="arith", sizes=sizes, options=options))
     problems = list(suite.problems("val")[: args.n])
     harness = Harness.from_text(suite.seed_harness)
     tok, model, dev = policy.tokenizer, policy.model, policy.device
     d = harness.spec.decoding
     gcfg = GenerationConfig(
         max_new_tokens=d.max_new_tokens, do_sample=False, num_beams=1, pad_token_id=tok.pad_token_id,
-        eos_token_id=sorted({tok.eos_token_id, *(tok.convert_tokens_to_ids(s) for s in d.stop if len(s) == 1)}),
+        eos_token_id=end_token_ids(tok, model, [d.stop]),
     )  # fmt: skip
     print(f"model {policy.base_path.name} ({policy.policy_id}) on {dev}, torch threads {torch.get_num_threads()}")
     print(f"{len(problems)} problems, harness {harness.name}, batch size {args.batch_size}, greedy")
@@ -107,6 +116,7 @@ def main() -> None:
     print()
     print(f"rollout / raw throughput:   {t_raw / t_roll:5.2f}x   (target >= 0.8x)")
     print(f"rollout / naive throughput: {t_naive / t_roll:5.2f}x   (target >= 5x)")
+    print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GB")
 
 
 if __name__ == "__main__":

@@ -1,19 +1,27 @@
 """Overhead of WHALE's weights leg over a bare TRL GRPOTrainer script: same model, data, rewards and steps.
 
     .venv/bin/python benchmarks/weights_leg_overhead.py [--model tiny] [--steps 100] [--repeats 1]
+    .venv/bin/python benchmarks/weights_leg_overhead.py --model smollm2-135m (or a model dir) --steps 2 \
+        --completions 64 --micro-batch-size 8 --gradient-checkpointing --fewshot 4 --max-digits 2
 
 Both sides train the same policy (loaded fresh for each run) with the same harness-rendered train prompts, the same
-rewards (task score, plus the similarity shaping when ``shaping_weight`` > 0), the same GRPOConfig knobs and the same
-LoRA config. The bare side is written plainly here against TRL and PEFT, without `whale_core.weights`. Printed: both
-wall times (dataset + trainer construction + training + saving the adapter), their ratio (target <= 1.05) and both
-final rewards (task score averaged over the last 10 steps). Runs alternate (bare, whale, bare, whale, ...) and the
-best time of each side is kept, because the CPU is shared and noisy.
+rewards (task score, plus the similarity shaping when ``shaping_weight`` > 0), the same GRPOConfig knobs (completions
+per step, micro-batch and gradient accumulation, activation checkpointing) and the same LoRA config. The bare side is
+written plainly here against TRL and PEFT, without `whale_core.weights`. Each run is its own process (so each side's
+peak RSS is its own). Printed: both wall times (dataset + trainer construction + training + saving the adapter),
+their ratio (target <= 1.05), seconds per step (TRL's step_time: generation + loss + backward), peak RSS and both final
+rewards (task score averaged over the last 10 steps). Runs alternate (bare, whale, bare, whale, ...) and the best time
+of each side is kept, because the CPU is shared and noisy.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,8 +32,8 @@ from whale_core.env import setup_offline_env
 setup_offline_env()
 
 
-def bare_trl(model_name: str, harness: Any, suite: Any, cfg: Any, out: Path) -> tuple[float, float]:
-    """A plain TRL + PEFT GRPO script. Returns (seconds, final task reward)."""
+def bare_trl(model_name: str, harness: Any, suite: Any, cfg: Any, out: Path) -> tuple[float, float, float]:
+    """A plain TRL + PEFT GRPO script. Returns (seconds, final task reward, mean seconds per step)."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import PrinterCallback
@@ -61,6 +69,7 @@ def bare_trl(model_name: str, harness: Any, suite: Any, cfg: Any, out: Path) -> 
             "problem_id": [p.id for p in train],
         }
     )
+    micro = cfg.micro_batch_size or cfg.per_device_train_batch_size
     newline = policy.tokenizer.encode("\n", add_special_tokens=False)
     policy.model.generation_config.eos_token_id = [policy.tokenizer.eos_token_id, *newline]
     args = GRPOConfig(
@@ -68,7 +77,8 @@ def bare_trl(model_name: str, harness: Any, suite: Any, cfg: Any, out: Path) -> 
         max_steps=cfg.steps,
         learning_rate=cfg.learning_rate,
         lr_scheduler_type=cfg.lr_scheduler_type,
-        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=cfg.per_device_train_batch_size // micro,
         num_generations=cfg.num_generations,
         temperature=cfg.temperature,
         beta=cfg.beta,
@@ -82,7 +92,7 @@ def bare_trl(model_name: str, harness: Any, suite: Any, cfg: Any, out: Path) -> 
         disable_tqdm=True,
         use_cpu=True,
         bf16=False,
-        activation_checkpointing=False,
+        activation_checkpointing=cfg.gradient_checkpointing,
         reward_weights=[1.0, cfg.shaping_weight] if cfg.shaping_weight > 0 else None,
     )
     peft = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM")
@@ -98,11 +108,13 @@ def bare_trl(model_name: str, harness: Any, suite: Any, cfg: Any, out: Path) -> 
     trainer.train()
     trainer.model.save_pretrained(str(out / "final"))
     seconds = time.perf_counter() - t0
-    rewards = [e["rewards/task_score/mean"] for e in trainer.state.log_history if "rewards/task_score/mean" in e]
-    return seconds, sum(rewards[-10:]) / len(rewards[-10:])
+    logs = trainer.state.log_history
+    rewards = [e["rewards/task_score/mean"] for e in logs if "rewards/task_score/mean" in e]
+    step_times = [e["step_time"] for e in logs if "step_time" in e]
+    return seconds, sum(rewards[-10:]) / len(rewards[-10:]), sum(step_times) / len(step_times)
 
 
-def whale(model_name: str, harness: Any, suite: Any, cfg: Any, out: Path) -> tuple[float, float]:
+def whale(model_name: str, harness: Any, suite: Any, cfg: Any, out: Path) -> tuple[float, float, float]:
     from whale_core.models import load_policy
     from whale_core.weights import train_weights_leg
 
@@ -111,45 +123,85 @@ def whale(model_name: str, harness: Any, suite: Any, cfg: Any, out: Path) -> tup
     res = train_weights_leg(policy, harness, suite, cfg, out_dir=out)
     seconds = time.perf_counter() - t0
     tail = res.steps[-10:]
-    return seconds, sum(m.reward_mean for m in tail) / len(tail)
+    return seconds, sum(m.reward_mean for m in tail) / len(tail), sum(m.seconds for m in res.steps) / len(res.steps)
+
+
+def _setup(a: argparse.Namespace) -> tuple[Any, Any, Any]:
+    import transformers
+
+    from whale_core.harness import Harness
+    from whale_core.suites import SuiteConfig, load_suite
+    from whale_core.weights import WeightsConfig
+
+    transformers.logging.set_verbosity_error()
+    options = {"max_digits": a.max_digits} if a.max_digits else {}
+    suite = load_suite(SuiteConfig(name="arith", options=options))
+    harness = Harness.from_text(suite.seed_harness)
+    if a.fewshot:  # a real model: the plain format with random train demos (where SmolLM2 scores best)
+        harness = harness.evolve(fewshot={"k": a.fewshot})
+    else:  # the tiny model's learnable format
+        harness = harness.evolve(instruction="Add the two numbers. Write the sum reversed.", answer={"reverse": True})
+    knobs: dict[str, Any] = {"steps": a.steps, "save_steps": a.steps + 1}  # no mid-leg checkpoint on either side
+    if a.completions:
+        knobs["per_device_train_batch_size"] = a.completions
+    knobs |= {"micro_batch_size": a.micro_batch_size, "gradient_checkpointing": a.gradient_checkpointing}
+    cfg = WeightsConfig(**knobs)  # otherwise the defaults
+    if cfg.difficulty_filter is not None or not cfg.lora:
+        raise SystemExit("the benchmark compares the LoRA path without the difficulty filter")
+    return harness, suite, cfg
+
+
+def _one(a: argparse.Namespace) -> None:
+    """Child process: one run of one side; prints a JSON line."""
+    harness, suite, cfg = _setup(a)
+    fn = bare_trl if a.side == "bare" else whale
+    seconds, reward, per_step = fn(a.model, harness, suite, cfg, Path(a.out))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(json.dumps({"seconds": seconds, "reward": reward, "per_step": per_step, "rss_gb": peak}), flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--model", default="tiny", help="'tiny', a named model or a local HF model directory")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--completions", type=int, default=0, help="completions per step (default: the config default)")
+    ap.add_argument("--micro-batch-size", type=int, default=None, help="completions per forward/backward pass")
+    ap.add_argument("--gradient-checkpointing", action="store_true")
+    ap.add_argument("--fewshot", type=int, default=0, help="k random train demos (plain format); 0: tiny's format")
+    ap.add_argument("--max-digits", type=int, default=0, help="arith operand digits (0: the suite default)")
+    ap.add_argument("--side", choices=["bare", "whale"], help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
     a = ap.parse_args()
-
-    import transformers
-
-    from whale_core.harness import Harness
-    from whale_core.suites import load_suite
-    from whale_core.weights import WeightsConfig
-
-    transformers.logging.set_verbosity_error()
-    suite = load_suite("arith")
-    harness = Harness.from_text(suite.seed_harness).evolve(
-        instruction="Add the two numbers. Write the sum reversed.", answer={"reverse": True}
-    )
-    cfg = WeightsConfig(steps=a.steps, save_steps=a.steps + 1)  # defaults; no mid-leg checkpoint on either side
-    if cfg.difficulty_filter is not None or not cfg.lora:
-        raise SystemExit("the benchmark compares the LoRA path without the difficulty filter")
-    times: dict[str, list[float]] = {"bare": [], "whale": []}
-    final: dict[str, float] = {}
+    if a.side:
+        return _one(a)
+    _, _, cfg = _setup(a)  # validate the knobs before spawning
+    micro = cfg.micro_batch_size or cfg.per_device_train_batch_size
+    print(f"model {a.model}: {cfg.per_device_train_batch_size} completions/step, micro-batch {micro}, "
+          f"activation checkpointing {cfg.gradient_checkpointing}, {a.steps} steps")  # fmt: skip
+    runs: dict[str, list[dict[str, float]]] = {"bare": [], "whale": []}
     tmp = Path(tempfile.mkdtemp(prefix="whale-bench-"))
+    forward = [x for x in sys.argv[1:]]
     try:
         for r in range(a.repeats):
-            for name, fn in (("bare", bare_trl), ("whale", whale)):
-                seconds, reward = fn(a.model, harness, suite, cfg, tmp / f"{name}-{r}")
-                times[name].append(seconds)
-                final[name] = reward
-                print(f"run {r} {name:5s}: {seconds:7.1f} s, final task reward {reward:.3f}", flush=True)
+            for name in ("bare", "whale"):
+                cmd = [sys.executable, __file__, *forward, "--side", name, "--out", str(tmp / f"{name}-{r}")]
+                done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+                res = json.loads(done.stdout.strip().splitlines()[-1])
+                runs[name].append(res)
+                print(f"run {r} {name:5s}: {res['seconds']:7.1f} s, {res['per_step']:6.2f} s/step, peak RSS "
+                      f"{res['rss_gb']:.2f} GB, final task reward {res['reward']:.3f}", flush=True)  # fmt: skip
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    bare, ours = min(times["bare"]), min(times["whale"])
-    print(f"bare TRL: {bare:.1f} s   whale leg: {ours:.1f} s   ratio {ours / bare:.3f} (target <= 1.05)")
-    print(f"final task reward (mean of last 10 steps): bare {final['bare']:.3f}   whale {final['whale']:.3f}")
+    bare, ours = (min(runs[k], key=lambda x: x["seconds"]) for k in ("bare", "whale"))
+    ratio = ours["seconds"] / bare["seconds"]
+    print(
+        f"bare TRL: {bare['seconds']:.1f} s   whale leg: {ours['seconds']:.1f} s   ratio {ratio:.3f} (target <= 1.05)"
+    )
+    print(f"s/step: bare {bare['per_step']:.2f}   whale {ours['per_step']:.2f}")
+    print(f"peak RSS: bare {max(x['rss_gb'] for x in runs['bare']):.2f} GB   "
+          f"whale {max(x['rss_gb'] for x in runs['whale']):.2f} GB")  # fmt: skip
+    print(f"final task reward (mean of last 10 steps): bare {bare['reward']:.3f}   whale {ours['reward']:.3f}")
 
 
 if __name__ == "__main__":
