@@ -16,6 +16,7 @@ import yaml
 
 from whale_core.harness import Harness, HarnessError, RenderError
 from whale_core.harness.render import check_template, render_source
+from whale_core.proposers.base import check_candidate
 from whale_core.suites.base import Problem
 
 Q = "1234567890" * 10  # a 100-char problem field
@@ -101,6 +102,17 @@ def test_attack_is_bounded_at_render_and_rejected_at_validation(name):
     assert rejected.value.field == "template" and any(r in str(rejected.value) for r in reasons), rejected.value
     assert peak < 64 << 20, f"{name}: peak {peak >> 20} MiB"
     assert elapsed < 30, f"{name}: {elapsed:.1f} s"  # a wide bound: the point is that it ends (~0.4 s measured)
+
+
+def test_llm_candidate_that_would_hang_is_a_recorded_rejection() -> None:
+    """What a proposer does with a reply block (`check_candidate`): a rejection with the reason, no exception."""
+    incumbent = Harness.from_text("whale_harness: 1\ntemplate: '{{ q }}'\n")
+    source = ATTACKS["silent-loops"][0]
+    t0 = time.perf_counter()
+    prop = check_candidate(yaml.safe_dump({"whale_harness": 1, "template": source}), incumbent, None, "llm")
+    assert prop.status == "rejected" and prop.harness is None
+    assert "template too costly" in (prop.reason or ""), prop.reason
+    assert time.perf_counter() - t0 < 30  # a wide bound: the point is that it ends (~0.2 s measured)
 
 
 @pytest.mark.parametrize(

@@ -181,7 +181,7 @@ def load_document(text: str) -> tuple[dict[str, Any], str | None]:
                 raise HarnessError("", "YAML anchors and aliases (&x, *x) are not allowed")
         data = yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader
     except yaml.YAMLError as e:
-        raise HarnessError("", f"invalid YAML: {e}") from None
+        raise HarnessError("", f"invalid YAML: {' '.join(str(e).split())}") from None  # one line
     if not isinstance(data, dict):
         raise HarnessError("", f"the harness must be a YAML mapping (got {type(data).__name__})")
     data = dict(data)
