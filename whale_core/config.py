@@ -154,6 +154,10 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
 
 def parse_override(item: str) -> tuple[str, Any]:
     """``"weights.steps=200"`` → ``("weights.steps", 200)``; the value is read as YAML."""
+    try:
+        item.encode("utf-8")
+    except UnicodeEncodeError:  # argv bytes that are not UTF-8 arrive as lone surrogates (surrogateescape)
+        raise ConfigError(f"override {item!r} is not valid UTF-8 text") from None
     if "=" not in item:
         raise ConfigError(f"override {item!r} must look like key=value (e.g. weights.steps=200)")
     key, raw = item.split("=", 1)
