@@ -134,6 +134,13 @@ def test_static_rejections(source, reason):
     assert reason in info.value.problem
 
 
+def test_template_that_python_cannot_compile_is_refused_at_validation():
+    """200 nested ifs parse as Jinja but exceed Python's indentation limit when compiled (before: valid, then a
+    RenderError on every problem)."""
+    with pytest.raises(HarnessError, match="template does not compile: IndentationError"):
+        check_template("{% if a %}" * 200 + "x" + "{% endif %}" * 200, "template")
+
+
 def test_runtime_only_blowup_on_real_data_is_a_render_error():
     """Nested loops over a field are fine on the short validation probe but too many iterations on a long field."""
     h = Harness.from_text("whale_harness: 1\ntemplate: '{% for a in q %}{% for b in q %}{% if a == b %}.{% endif %}"
