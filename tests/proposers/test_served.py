@@ -159,7 +159,7 @@ def test_requests_sample_seeded_and_one_candidate_each_whatever_comes_back(
     reasons = [p.reason or "" for p in out]
     assert [p.status for p in out].count("valid") == 1 and out[3].sha == valid.sha
     assert "no fenced YAML block" in reasons[0] and "invalid YAML" in reasons[1] and reasons[2] == "no change"
-    assert "duplicate of an earlier candidate in this leg" in reasons[4]
+    assert "duplicate of an earlier candidate in this leg" in reasons[4] and out[4].usage["completion_tokens"] == 300
     assert any("never closed" in r for r in reasons[5:])
     bodies = [r.body for r in server.requests]
     assert bodies[0]["model"] == str(chat_model.resolve()) and bodies[0]["max_tokens"] == 200

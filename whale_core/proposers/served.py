@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 from whale_core.proposers.base import Proposal, ProposalContext, ProposerUnavailable
@@ -143,7 +142,8 @@ class ServedProposer(LLMProposer):
                 break
             for prop in self._proposals(reply, context, 1, usage):
                 if prop.harness is not None and prop.harness.sha in seen:
-                    prop = self._reject(prop.text, "duplicate of an earlier candidate in this leg")
+                    reason = "duplicate of an earlier candidate in this leg"
+                    prop = Proposal(prop.text, None, "rejected", reason, self.name, usage=prop.usage)
                 elif prop.harness is not None:
                     seen.add(prop.harness.sha)
                 out.append(prop)
@@ -151,7 +151,3 @@ class ServedProposer(LLMProposer):
 
     def _api_key(self, litellm: Any) -> str | None:
         return LOCAL_KEY
-
-    @property
-    def model_dir(self) -> Path:
-        return self.served.path
