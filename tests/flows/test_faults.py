@@ -171,10 +171,11 @@ def test_a_run_killed_at_every_fault_point_resumes_to_the_uninterrupted_result(
     for ev in archive.evaluations("crash"):
         assert ev.traces_path is None or Path(ev.traces_path).is_file(), ev
 
-    # no completed task computed twice, and the same work as the reference's (a cache key names one piece of work)
+    # no completed task computed twice (a cache key names one piece of work), and as much work per task as the
+    # reference did (keys differ between the homes where a policy's adapter path is an input)
     done = Counter((home / "journal").read_text().splitlines())
     assert {k: n for k, n in done.items() if n > 1} == {}
-    assert set(done) == set(reference["journal"])
+    assert Counter(line.split()[0] for line in done) == Counter(line.split()[0] for line in reference["journal"])
     with sqlite3.connect(Path(env["PREFECT_HOME"]) / "prefect.db") as con:  # Prefect's own view of the last resume
         cached = con.execute("select count(*) from task_run where state_name = 'Cached'").fetchone()[0]
     assert cached > 0
