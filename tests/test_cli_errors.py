@@ -28,15 +28,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _one_error_line(res: object, *fragments: str) -> str:
-    """The result is exit 2 with exactly one stderr line ``error: …`` holding every fragment, and no traceback."""
+    """The result is exit 2, stderr ends with the one line ``error: …`` holding every fragment (before it at most a
+    library's progress bar, e.g. transformers' "Loading weights"), and there is no traceback."""
     out, err, code = res.stdout, res.stderr, res.exit_code  # type: ignore[attr-defined]
     lines = err.strip().splitlines()
     assert code == 2, (code, out, err)
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert lines and lines[-1].startswith("error: "), err
+    assert sum("error" in line.lower() for line in lines) == 1, err
     assert "Traceback" not in out + err
     for f in fragments:
-        assert f in lines[0], (f, lines[0])
-    return lines[0]
+        assert f in lines[-1], (f, lines[-1])
+    return lines[-1]
 
 
 @pytest.fixture
@@ -176,6 +178,19 @@ def test_run_with_a_bad_model_fails_before_any_flow_run(tmp_path: Path) -> None:
 
     with Archive(f"sqlite:///{tmp_path / 'whale.db'}") as archive:
         assert archive.runs() == []
+
+
+def test_a_home_that_cannot_be_created_is_one_line(tmp_path: Path) -> None:
+    taken = tmp_path / "a-file"
+    taken.write_text("not a directory")
+    res = runner.invoke(app, ["eval", "-n", "1"], env={"WHALE_HOME": str(taken)})
+    _one_error_line(res, f"the WHALE home {taken} cannot be created", "set WHALE_HOME")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full (every write: ENOSPC)")
+def test_a_full_disk_is_one_line(home: Path) -> None:
+    res = runner.invoke(app, ["eval", "-n", "1", "--device", "cpu", "--out", "/dev/full"])
+    _one_error_line(res, "No space left on device", "free space")
 
 
 # ---------------------------------------------------------------------------------------- concurrent commands (item 6)

@@ -7,13 +7,16 @@ commands written later too:
 - any `WhaleError` — structural: a new error class joins by subclassing it, no list of types to keep up to date;
   anything else is a bug and keeps its traceback;
 - a sub-command's bad parameter value (a bound such as ``--batch-size 0``, a malformed number, a missing option),
-  which Typer would otherwise draw as a box wrapped to the terminal's width.
+  which Typer would otherwise draw as a box wrapped to the terminal's width;
+- an `OSError` that only the environment causes (a full disk or quota, a read-only file system, no permission):
+  the user's to fix wherever the write happened, never a bug.
 
 Simplified: other usage errors (an unknown option or command) keep Typer's own box; they also exit 2.
 """
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 import typer
@@ -22,6 +25,8 @@ from typer.core import TyperGroup
 from whale_core.errors import WhaleError
 
 __all__ = ["CliError", "GuardedGroup", "print_error"]
+
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 
 
 class CliError(WhaleError, ValueError):
@@ -49,3 +54,9 @@ class GuardedGroup(TyperGroup):
             where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
             print_error(f"{exc.format_message()} (see `{where} --help`)")
             raise typer.Exit(exc.exit_code) from None
+        except OSError as exc:
+            if exc.errno not in _ENVIRONMENT_ERRNOS:
+                raise
+            where = f" ({exc.filename})" if exc.filename else ""
+            print_error(f"{exc.strerror or exc}{where}: free space or choose a writable place (WHALE_HOME, --out)")
+            raise typer.Exit(2) from None

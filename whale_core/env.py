@@ -16,11 +16,25 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from whale_core.errors import WhaleError
+
+
+class HomeError(WhaleError, OSError):
+    """The project home cannot be created or written; the message names it and what to do."""
+
 
 def whale_home() -> Path:
-    """The project home: ``$WHALE_HOME`` or ``./.whale`` (created on first use)."""
+    """The project home: ``$WHALE_HOME`` or ``./.whale`` (created on first use; `HomeError` if that fails or it is
+    not writable)."""
     home = Path(os.environ.get("WHALE_HOME", ".whale")).expanduser().resolve()
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HomeError(
+            f"the WHALE home {home} cannot be created ({exc.strerror or exc}): set WHALE_HOME to a writable directory"
+        ) from exc
+    if not os.access(home, os.W_OK | os.X_OK):
+        raise HomeError(f"the WHALE home {home} is not writable: set WHALE_HOME to a writable directory")
     return home
 
 
