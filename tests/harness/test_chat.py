@@ -127,26 +127,41 @@ def test_a_reply_prefix_must_follow_a_user_message(messages: str, ok: bool) -> N
 
 
 def test_left_padded_batches_match_unpadded_single_prompts(policy) -> None:  # type: ignore[no-untyped-def]
-    """pad == eos and left padding: a batch of prompts of different lengths gives each prompt the same greedy
-    completion as generating it alone (attention mask and positions respected), and the completions stop at eos."""
+    """pad == eos and left padding: in the rollout's batch of prompts of different lengths, each row's next-token
+    logits equal those of its prompt generated alone (attention mask and positions respected: without the mask they
+    differ by ~1e-2 on this model), and the greedy completions are the same."""
     import torch
+
+    tok, model = policy.tokenizer, policy.model
+    real = model.generate
+    calls: list[dict] = []  # type: ignore[type-arg]
+
+    def recording(*args, **kw):  # type: ignore[no-untyped-def]
+        calls.append(kw)
+        return real(*args, **kw)
 
     suite = ArithSuite(seed=0, max_digits=2, sizes={"train": 30, "val": 12, "test": 5})
     h = Harness.from_text(CHAT.replace("select: first", "select: random"))
     problems = list(suite.problems("val"))
-    batched = rollout(policy, h, suite, problems, batch_size=len(problems))
-    lengths = {t.prompt_tokens for t in batched.traces}
-    assert len(lengths) > 1  # the batch really is padded
-    tok, model = policy.tokenizer, policy.model
-    for t in batched.traces:
-        ids = torch.tensor([_chat.prompt_ids(tok, [t.prompt], chat=True)[0]])
-        with torch.inference_mode():
-            mask = torch.ones_like(ids)
-            out = model.generate(
-                input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False, eos_token_id=tok.eos_token_id
-            )
-        alone = tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True).split("\n")[0]
-        assert t.completions == [alone], t.problem_id
+    model.generate = recording
+    try:
+        batched = rollout(policy, h, suite, problems, batch_size=len(problems))
+    finally:
+        model.generate = real
+    assert len(calls) == 1 and len({t.prompt_tokens for t in batched.traces}) > 1  # one batch, really padded
+    kw = {**calls[0], "output_scores": True, "return_dict_in_generate": True}
+    rows, gcfg = kw["input_ids"], kw["generation_config"]
+    with torch.inference_mode():
+        padded = real(**kw).scores[0]
+        for t in batched.traces:
+            ids = torch.tensor([_chat.prompt_ids(tok, [t.prompt], chat=True)[0]])
+            width = ids.shape[1]
+            r = next(r for r in range(rows.shape[0]) if rows[r, -width:].tolist() == ids[0].tolist())
+            alone = real(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=gcfg,
+                         output_scores=True, return_dict_in_generate=True)  # fmt: skip
+            assert torch.allclose(padded[r], alone.scores[0][0], atol=1e-4), t.problem_id
+            text = tok.decode(alone.sequences[0, width:], skip_special_tokens=True)
+            assert t.completions == [text.split("\n")[0]], t.problem_id
 
 
 @pytest.mark.parametrize("name", ["smollm2-arith-chat-prefix.yaml", "smollm2-arith-chat-prose.yaml"])
