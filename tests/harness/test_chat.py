@@ -164,7 +164,9 @@ def test_left_padded_batches_match_unpadded_single_prompts(policy) -> None:  # t
             assert t.completions == [text.split("\n")[0]], t.problem_id
 
 
-@pytest.mark.parametrize("name", ["smollm2-arith-chat-prefix.yaml", "smollm2-arith-chat-prose.yaml"])
+@pytest.mark.parametrize(
+    "name", ["smollm2-arith-chat.yaml", "smollm2-arith-chat-prefix.yaml", "smollm2-arith-chat-prose.yaml"]
+)
 def test_shipped_chat_harness_examples_render_on_a_real_template(name: str, policy) -> None:  # type: ignore[no-untyped-def]
     h = Harness.from_file(Path(__file__).resolve().parents[2] / "docs" / "harnesses" / name)
     text, ids = _render_ids(h, policy.tokenizer)
