@@ -181,11 +181,6 @@ def test_a_run_killed_at_every_fault_point_resumes_to_the_uninterrupted_result(
     assert cached > 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the CLI side (whale_core/env.py, cli.py, not flows/tasks): `whale_home()` raises NotADirectoryError, "
-    "PermissionError, a read-only or full disk's OSError as a traceback before any flow or archive code runs",
-)
 def test_an_unwritable_home_is_a_one_line_error(tmp_path: Path, models_dir: Path) -> None:
     """WHALE_HOME where nothing can be written (here: below a regular file, which even root cannot write into)."""
     env = make_home(tmp_path, models_dir)
