@@ -310,7 +310,7 @@ def run_harness_leg(
             n=n,
             completions=n * h.spec.inference.samples,
             prompt_tokens=int(sum(scorer.tokens[h.sha][:n])),
-            completion_tokens=0,
+            completion_tokens=int(sum(t.get("completion_tokens", 0) for t in scorer.traces[h.sha][:n])),
             traces_path=str(path),
         )
 

@@ -6,6 +6,7 @@ restriction enforced even against a proposer that ignores it."""
 
 from __future__ import annotations
 
+import json
 import secrets
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,10 @@ def test_llm_leg_completes_and_records_every_rejection(
     # rollouts counted: the incumbent on 20 problems, each valid candidate on at least the first round
     assert res.completions >= 20 + 2 * 10
     assert res.proposer_usage["prompt_tokens"] == pytest.approx(1000)
+    # each stored evaluation counts the completion tokens its traces hold (was always 0)
+    for ev in archive.evaluations(run_id):
+        traces = [json.loads(line) for line in Path(ev.traces_path).read_text().splitlines()]
+        assert ev.completion_tokens == sum(t["completion_tokens"] for t in traces) > 0
     # the key never reaches the archive
     assert api_key not in (tmp_path / "a.db").read_bytes().decode("latin-1")
 
