@@ -35,7 +35,8 @@ class ConfigError(WhaleError, ValueError):
 
 
 class ModelConfig(BaseModel):
-    """The policy: ``tiny`` (the built-in model, built locally on first use) or a local HF model directory."""
+    """The policy: ``tiny`` (the built-in model; WHALE ships its weights), a named model installed with ``whale models
+    install NAME`` (``whale models list``), or a local HF model directory."""
 
     model_config = ConfigDict(extra="forbid")
 
