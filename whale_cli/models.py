@@ -1,6 +1,6 @@
 """``whale models``: list the named models and install one (`whale_core.models.named`, `whale_core.models.install`).
 
-Registered on the main app in `whale_core.cli` (whose root group turns a `WhaleError` into ``error: <message>`` and
+Registered on the main app in `whale_cli.app` (whose root group turns a `WhaleError` into ``error: <message>`` and
 exit code 2). Heavy imports (torch, transformers) happen only inside ``install``.
 """
 

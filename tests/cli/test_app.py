@@ -6,7 +6,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from whale_core.cli import app
+from whale_cli.app import app
 
 runner = CliRunner()
 

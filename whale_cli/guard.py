@@ -1,6 +1,6 @@
 """How a user error looks on the ``whale`` command line: ``error: <message>``, one line on stderr, exit code 2.
 
-`GuardedGroup` is the root command group of `whale_core.cli`: every command and sub-command (``whale models …``
+`GuardedGroup` is the root command group of `whale_cli.app`: every command and sub-command (``whale models …``
 included) runs inside its `invoke`, so this one place turns a user error into that line with no traceback, for
 commands written later too:
 

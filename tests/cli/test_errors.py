@@ -18,13 +18,13 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from whale_core import cli
-from whale_core.cli import app
-from whale_core.cli_guard import GuardedGroup
+from whale_cli import common, compare
+from whale_cli.app import app
+from whale_cli.guard import GuardedGroup
 from whale_core.errors import WhaleError
 
 runner = CliRunner()
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _one_error_line(res: object, *fragments: str) -> str:
@@ -143,7 +143,7 @@ def test_commands_that_caught_their_own_errors_go_through_the_guard(home: Path, 
 
 def _whale(args: list[str], env: dict[str, str], *, prelude: str = "") -> subprocess.CompletedProcess[str]:
     """The real console entry point in a fresh interpreter (``prelude`` runs first, e.g. to hide a module)."""
-    code = f"{prelude}\nimport sys\nfrom whale_core.cli import main\nsys.argv = ['whale', *sys.argv[1:]]\nmain()"
+    code = f"{prelude}\nimport sys\nfrom whale_cli.app import main\nsys.argv = ['whale', *sys.argv[1:]]\nmain()"
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         cwd=REPO,
@@ -174,7 +174,7 @@ def test_run_with_a_bad_model_fails_before_any_flow_run(tmp_path: Path) -> None:
     assert res.returncode == 2, res.stderr
     assert lines[-1].startswith("error: model '/nonexistent/model' is neither"), res.stderr
     assert "Traceback" not in res.stderr and "Flow run" not in res.stderr  # refused before the flow started
-    from whale_core.archive import Archive
+    from whale_core.records.archive import Archive
 
     with Archive(f"sqlite:///{tmp_path / 'whale.db'}") as archive:
         assert archive.runs() == []
@@ -195,8 +195,8 @@ def test_a_full_disk_is_one_line(home: Path) -> None:
 
 # ---------------------------------------------------------------------------------------- concurrent commands (item 6)
 def test_run_dirs_started_in_the_same_second_are_distinct(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli.time, "strftime", lambda fmt, *a: "20261206-020000")
-    dirs = [cli._run_dir("eval") for _ in range(3)]
+    monkeypatch.setattr(common.time, "strftime", lambda fmt, *a: "20261206-020000")
+    dirs = [common.run_dir("eval") for _ in range(3)]
     assert [d.name for d in dirs] == ["eval-20261206-020000", "eval-20261206-020000-2", "eval-20261206-020000-3"]
     assert all(d.is_dir() and not any(d.iterdir()) for d in dirs)
 
@@ -208,9 +208,9 @@ def test_two_processes_racing_for_run_dirs_never_share_one(tmp_path: Path) -> No
         """
         import os, sys, time
         time.strftime = lambda fmt, *a: "20261206-020000"
-        from whale_core import cli
+        from whale_cli import common
         for i in range(30):
-            d = cli._run_dir("eval")
+            d = common.run_dir("eval")
             (d / f"{sys.argv[1]}-{i}").write_text("x")
         """
     )
@@ -223,7 +223,7 @@ def test_two_processes_racing_for_run_dirs_never_share_one(tmp_path: Path) -> No
 
 
 def test_two_evals_in_the_same_second_keep_both_traces(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli.time, "strftime", lambda fmt, *a: "20261206-020000")
+    monkeypatch.setattr(common.time, "strftime", lambda fmt, *a: "20261206-020000")
     for n in ("2", "3"):
         res = runner.invoke(app, ["eval", "-n", n, "--device", "cpu"])
         assert res.exit_code == 0, res.output
@@ -234,10 +234,10 @@ def test_two_evals_in_the_same_second_keep_both_traces(home: Path, monkeypatch: 
 
 def test_generated_compare_ids_are_unique(monkeypatch: pytest.MonkeyPatch) -> None:
     """`whale compare` without --id: two started in the same second must not resume each other."""
-    from whale_core.compare import check_compare_id
+    from whale_core.science.compare import check_compare_id
 
-    monkeypatch.setattr(cli.time, "strftime", lambda fmt, *a: "20261206-020000")
-    ids = {cli._new_compare_id() for _ in range(20)}
+    monkeypatch.setattr(compare.time, "strftime", lambda fmt, *a: "20261206-020000")
+    ids = {compare.new_compare_id() for _ in range(20)}
     assert len(ids) == 20 and all(check_compare_id(i) == i and i.startswith("cmp-20261206-020000-") for i in ids)
 
 
@@ -289,7 +289,7 @@ def pg_db_url() -> object:
 def test_archive_round_trip_on_postgres_through_the_cli(
     pg_db_url: str, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from whale_core.archive import Archive
+    from whale_core.records.archive import Archive
 
     monkeypatch.setenv("WHALE_DB_URL", pg_db_url)
     with Archive() as archive:  # the default URL: $WHALE_DB_URL

@@ -1,0 +1,5 @@
+"""``python -m whale_cli …``: the same as the ``whale`` console script."""
+
+from whale_cli.app import main
+
+main()

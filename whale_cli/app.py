@@ -1,0 +1,60 @@
+"""The ``whale`` Typer app: every command registered on one root group, and the console-script entry point `main`.
+
+Each command lives in its own module (see `whale_cli`); they import only Typer and `whale_cli.common` at module level,
+heavy libraries (torch, transformers, Prefect, MLflow) inside the command, so that ``whale --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from whale_cli.compare import compare_cmd
+from whale_cli.config import config_cmd
+from whale_cli.deploy import deploy_cmd
+from whale_cli.eval import eval_cmd
+from whale_cli.guard import GuardedGroup
+from whale_cli.models import models_app
+from whale_cli.run import rerun_cmd, resume_cmd, run_cmd
+from whale_cli.runs import runs_cmd
+from whale_cli.search import search_cmd
+from whale_cli.train import train_cmd
+from whale_cli.ui import ui_cmd
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    cls=GuardedGroup,  # every command's user errors: one line, exit 2 (whale_cli.guard)
+    help=(
+        "WHALE jointly optimizes an LLM's weights (GRPO + LoRA) and its harness (the prompt template, few-shot "
+        "demos, answer format, parsing and inference policy) by alternating block ascent.\n\n"
+        "Start with `whale run` (a complete small run on the built-in tiny model and the `arith` suite), or try the "
+        "pieces: `whale eval`, `whale train`, `whale search`. Everything is stored under $WHALE_HOME (./.whale)."
+    ),
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+    pretty_exceptions_show_locals=False,
+)
+app.add_typer(models_app, name="models")
+# the order of `whale --help`
+app.command("eval")(eval_cmd)
+app.command("train")(train_cmd)
+app.command("search")(search_cmd)
+app.command("run")(run_cmd)
+app.command("resume")(resume_cmd)
+app.command("rerun")(rerun_cmd)
+app.command("runs")(runs_cmd)
+app.command("deploy")(deploy_cmd)
+app.command("ui")(ui_cmd)
+app.command("config")(config_cmd)
+app.command("compare")(compare_cmd)
+
+
+def main() -> None:
+    """Console-script entry point (SIGTERM and exit handling: `whale_core.process`)."""
+    from whale_core.process import run_cli
+
+    run_cli(app)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""``whale eval``: score a (model, harness) pair on a suite split and write per-example traces (no orchestration)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from whale_cli.common import (
+    DataOpt,
+    DeviceOpt,
+    HarnessOpt,
+    ModelOpt,
+    SeedOpt,
+    SuiteOpt,
+    console,
+    fail,
+    load_harness,
+    load_policy_with_status,
+    load_suite,
+    progress_rollout,
+    run_dir,
+)
+from whale_core.env import setup_offline_env
+
+
+def eval_cmd(
+    model: ModelOpt = "tiny",
+    suite: SuiteOpt = "arith",
+    harness: HarnessOpt = None,
+    data: DataOpt = None,
+    split: Annotated[str, typer.Option(help="val | test | train")] = "val",
+    n: Annotated[int | None, typer.Option("-n", min=1, help="evaluate the first N problems of the split")] = None,
+    adapter: Annotated[str | None, typer.Option(help="LoRA adapter / checkpoint dir")] = None,
+    batch_size: Annotated[int, typer.Option(min=1, help="generation batch size")] = 64,
+    out: Annotated[Path | None, typer.Option(help="traces JSONL path (default under $WHALE_HOME/runs/)")] = None,
+    seed: SeedOpt = 0,
+    device: DeviceOpt = "auto",
+) -> None:
+    """Score a (model, harness) pair on a suite split; print the score and write per-example traces (JSONL).
+
+    Example: `whale eval --model tiny --suite arith --harness my.yaml -n 500`
+    """
+    setup_offline_env()
+    if split not in ("train", "val", "test"):
+        fail(f"--split must be one of train, val, test (got {split!r})")
+    s = load_suite(suite, data, seed)
+    h = load_harness(harness, s)
+    problems = list(s.problems(split))[:n]
+    policy = load_policy_with_status(model, device, adapter)
+    result = progress_rollout(policy, h, s, problems, batch_size=batch_size, seed=seed, split=split)
+    path = out or run_dir("eval") / "traces.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    result.write_jsonl(path)
+    con = console()
+    con.print(f"harness [bold]{h.name}[/] ({h.sha[:12]}) on {suite}/{split}: n={result.n}")
+    con.print(
+        f"[bold green]score {result.score:.4f}[/]  ({result.completions} completions, "
+        f"{result.prompt_tokens / max(result.n, 1):.1f} prompt tokens/problem, {result.seconds:.1f}s)"
+    )
+    con.print(f"traces: {path}")
