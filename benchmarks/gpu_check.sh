@@ -32,7 +32,7 @@ from whale_core.harness import Harness
 from whale_core.models import load_policy
 from whale_core.rollout import rollout
 from whale_core.suites import SuiteConfig, load_suite
-from whale_core.weights import WeightsConfig, train_weights_leg
+from whale_core.legs.weights_leg import WeightsConfig, train_weights_leg
 
 model, steps = sys.argv[1], int(sys.argv[2])
 suite = load_suite(SuiteConfig(name="arith", options={"max_digits": 2}))

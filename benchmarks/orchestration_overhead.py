@@ -31,8 +31,8 @@ reported; the raw one is the user's experience, the equalized one what orchestra
     python benchmarks/orchestration_overhead.py --warm-home          # databases migrated before (not a first run)
     python benchmarks/orchestration_overhead.py --cold-cache         # no database templates (a machine's first run)
 
-Database templates (`whale_core.db_templates`): by default the timed run is a brand-new home on a machine that has
-run WHALE before, so its Prefect and MLflow databases start from the machine's migrated templates (made by the
+Database templates (`whale_core.records.db_templates`): by default the timed run is a brand-new home on a machine that
+has run WHALE before, so its Prefect and MLflow databases start from the machine's migrated templates (made by the
 benchmark in a scratch home first, outside the timings, in its own ``WHALE_CACHE_DIR``). ``--cold-cache``: no
 templates, the run migrates both databases itself (and saves the templates), as on a machine's very first run.
 """
@@ -166,17 +166,17 @@ def _breakdown(label: str, run: dict[str, Any], runs: list[tuple[str, float, flo
 
 def plain(overrides: list[str], legs: list[str]) -> None:
     """The reference: the same legs, evaluations and final test evaluation, called directly."""
-    from whale_core.archive import Archive
-    from whale_core.budget import Budget
     from whale_core.config import load_config
     from whale_core.env import setup_offline_env, whale_home
     from whale_core.harness import Harness
-    from whale_core.refs import PolicyRef
+    from whale_core.legs.budget import Budget
+    from whale_core.legs.harness_leg import make_proposer, run_harness_leg
+    from whale_core.legs.scoring import validation_order
+    from whale_core.legs.weights_leg import train_weights_leg
+    from whale_core.records.archive import Archive
+    from whale_core.records.refs import PolicyRef
     from whale_core.rollout import rollout
-    from whale_core.scoring import validation_order
-    from whale_core.search import make_proposer, run_harness_leg
     from whale_core.suites import load_suite
-    from whale_core.weights import train_weights_leg
 
     t_start = time.perf_counter()
     phases: list[tuple[str, float]] = []
@@ -297,7 +297,7 @@ def main() -> None:
         from whale_core.config import load_config
 
         model = load_config(None, args.set).model.name
-        _timed([sys.executable, "-c", f"from whale_core.refs import PolicyRef; PolicyRef.base({model!r})"], env)
+        _timed([sys.executable, "-c", f"from whale_core.records.refs import PolicyRef; PolicyRef.base({model!r})"], env)
         if not args.cold_cache:  # the machine's templates, made by another (scratch) home's start
             _timed([sys.executable, "-c", WARM_UP], _env(Path(tmp) / "template-maker", None))
         if args.warm_home:

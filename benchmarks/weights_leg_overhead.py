@@ -7,8 +7,8 @@
 Both sides train the same policy (loaded fresh for each run) with the same harness-rendered train prompts, the same
 rewards (task score, plus the similarity shaping when ``shaping_weight`` > 0), the same GRPOConfig knobs (completions
 per step, micro-batch and gradient accumulation, activation checkpointing) and the same LoRA config. The bare side is
-written plainly here against TRL and PEFT, without `whale_core.weights`. Each run is its own process (so each side's
-peak RSS is its own). Printed: both wall times (dataset + trainer construction + training + saving the adapter),
+written plainly here against TRL and PEFT, without `whale_core.legs.weights_leg`. Each run is its own process (so each
+side's peak RSS is its own). Printed: both wall times (dataset + trainer construction + training + saving the adapter),
 their ratio (target <= 1.05), seconds per step (TRL's step_time: generation + loss + backward), peak RSS and both final
 rewards (task score averaged over the last 10 steps). Runs alternate (bare, whale, bare, whale, ...) and the best time
 of each side is kept, because the CPU is shared and noisy.
@@ -39,8 +39,8 @@ def bare_trl(model_name: str, harness: Any, suite: Any, cfg: Any, out: Path) -> 
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from whale_core.legs.rewards import similarity
     from whale_core.models import load_policy
-    from whale_core.rewards import similarity
 
     policy = load_policy(model_name, device="cpu")
     t0 = time.perf_counter()
@@ -115,8 +115,8 @@ def bare_trl(model_name: str, harness: Any, suite: Any, cfg: Any, out: Path) -> 
 
 
 def whale(model_name: str, harness: Any, suite: Any, cfg: Any, out: Path) -> tuple[float, float, float]:
+    from whale_core.legs.weights_leg import train_weights_leg
     from whale_core.models import load_policy
-    from whale_core.weights import train_weights_leg
 
     policy = load_policy(model_name, device="cpu")
     t0 = time.perf_counter()
@@ -130,8 +130,8 @@ def _setup(a: argparse.Namespace) -> tuple[Any, Any, Any]:
     import transformers
 
     from whale_core.harness import Harness
+    from whale_core.legs.weights_leg import WeightsConfig
     from whale_core.suites import SuiteConfig, load_suite
-    from whale_core.weights import WeightsConfig
 
     transformers.logging.set_verbosity_error()
     options = {"max_digits": a.max_digits} if a.max_digits else {}

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whale_core.archive import Archive
 from whale_core.config import WhaleConfig, flatten
 from whale_core.env import whale_home
-from whale_core.lineage import Lineage
-from whale_core.refs import HarnessRef, PolicyRef
+from whale_core.records.archive import Archive
+from whale_core.records.lineage import Lineage
+from whale_core.records.refs import HarnessRef, PolicyRef
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,12 @@ from flows.common import heartbeats
 from flows.startup import prepare
 from flows.whale_run import seed_harness, whale_run
 from tasks import rollout_task
-from whale_core.archive import Archive
-from whale_core.compare import (
+from whale_core.config import WhaleConfig
+from whale_core.env import whale_home
+from whale_core.legs.population import probe_of
+from whale_core.records.archive import Archive
+from whale_core.records.refs import HarnessRef, PolicyRef
+from whale_core.science.compare import (
     CompareError,
     CompareSpec,
     RunOutcome,
@@ -34,16 +38,12 @@ from whale_core.compare import (
     variant_config,
     write_compare_report,
 )
-from whale_core.config import WhaleConfig
-from whale_core.env import whale_home
-from whale_core.refs import HarnessRef, PolicyRef
-from whale_core.robustness import (
+from whale_core.science.robustness import (
     MatrixHarness,
     MatrixModel,
     RobustnessMatrix,
     compute_matrix,
     harness_set,
-    probe_of,
 )
 
 
@@ -85,7 +85,7 @@ def _policy_of(archive: Archive, base: PolicyRef, checkpoint_id: str | None) -> 
     rec = archive.find_checkpoint(checkpoint_id)
     if rec is None:
         raise CompareError(f"final checkpoint {checkpoint_id} is not in the archive")
-    from whale_core.checkpoints import Checkpoint
+    from whale_core.records.checkpoints import Checkpoint
 
     return PolicyRef.of_checkpoint(base, Checkpoint.load(rec.path))
 
@@ -189,8 +189,8 @@ def _log_mlflow(
     paths: dict[str, Path],
     existing: str | None,
 ) -> str:
-    from whale_core.compare import aggregate
-    from whale_core.lineage import Lineage
+    from whale_core.records.lineage import Lineage
+    from whale_core.science.compare import aggregate
 
     lineage = Lineage(cfg.tracking.mlflow_uri, cfg.tracking.experiment)
     params = {"compare": sp.model_dump(mode="json"), **cfg.model_dump(mode="json")}

@@ -1,10 +1,10 @@
 """``block-ascent-iteration``: one iteration = plateau-check → one leg (weights or harness) → evaluate → record.
 
 The flow only wires: the decision comes from `tasks.plateau_check`, the weights leg is `tasks.grpo_update`, the
-harness leg is `whale_core.search.run_harness_leg` with its proposer call routed through `tasks.propose_harness` and
-its candidate scoring through `tasks.score_harness` (in the flow's thread by default, fanned out on the flow's task
-runner with ``orchestration.max_workers`` > 1 or Dask), and the evaluation is `tasks.rollout_task`. Records go to
-the archive and the MLflow lineage (a child run per leg).
+harness leg is `whale_core.legs.harness_leg.run_harness_leg` with its proposer call routed through
+`tasks.propose_harness` and its candidate scoring through `tasks.score_harness` (in the flow's thread by default, fanned
+out on the flow's task runner with ``orchestration.max_workers`` > 1 or Dask), and the evaluation is
+`tasks.rollout_task`. Records go to the archive and the MLflow lineage (a child run per leg).
 
 Replay: when the archive already holds this iteration's leg as done with the same inputs (a resumed run), the tasks
 run again — and come back ``Cached`` — but nothing is written twice. A rerun (``refresh``) recomputes the tasks.
@@ -22,12 +22,12 @@ from prefect import flow
 
 from flows.common import IterState, ReplayArchive, ResumingArchive, RunHandles
 from tasks import grpo_update, plateau_check, propose_harness, rollout_task, score_harness
-from whale_core.budget import Budget
+from whale_core.legs.budget import Budget
+from whale_core.legs.harness_leg import run_harness_leg
+from whale_core.legs.schedule import Decision, LegOutcome
+from whale_core.legs.scoring import ScoreBlock
 from whale_core.proposers.base import Proposal, ProposalContext, ProposerUnavailable, check_candidate
-from whale_core.refs import HarnessRef, PolicyRef
-from whale_core.schedule import Decision, LegOutcome
-from whale_core.scoring import ScoreBlock
-from whale_core.search import run_harness_leg
+from whale_core.records.refs import HarnessRef, PolicyRef
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ def _population(h: RunHandles, cfg: Any, state: IterState, as_of: Any) -> list[H
     if k <= 0:
         return []
     from tasks.runtime import suite_of
-    from whale_core.robustness import population_harnesses, probe_of
+    from whale_core.legs.population import population_harnesses, probe_of
 
     probe = probe_of(suite_of(cfg.suite.model_dump(mode="json")), "train", 16, cfg.seed)
     members = population_harnesses(

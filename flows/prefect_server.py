@@ -23,7 +23,7 @@ Differences from Prefect's own server, all deliberate:
   run (measured: it kept the killed run's stdout open);
 - its output goes to ``$PREFECT_HOME/temporary-server.log`` (not the command's terminal); a start that fails raises
   `ServerStartError` quoting it;
-- a new home's database starts as a copy of the machine's migrated template (`whale_core.db_templates`) and then
+- a new home's database starts as a copy of the machine's migrated template (`whale_core.records.db_templates`) and then
   skips the block registration the template already holds; the first new home saves the template;
 - its task-run recorder writes task runs in batches (`RECORDER_BATCH` events, at least every `RECORDER_FLUSH_S`
   seconds, and at shutdown) instead of one SQLite transaction per event (Prefect's default, batch size 1). Every
@@ -56,8 +56,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale_core import db_templates
 from whale_core.errors import WhaleError
+from whale_core.records import db_templates
 
 if TYPE_CHECKING:
     from prefect.settings import Settings
@@ -128,7 +128,7 @@ def _prefect_sqlite_file(settings: Settings | None = None) -> Path | None:
 
 def seed_prefect_db(settings: Settings | None = None) -> tuple[Path | None, bool]:
     """A new home's Prefect database starts as a copy of the machine's migrated template (see
-    `whale_core.db_templates`): the temporary server's first start drops from 8–9 s to ~3.5 s on 2 cores.
+    `whale_core.records.db_templates`): the temporary server's first start drops from 8–9 s to ~3.5 s on 2 cores.
 
     Returns ``(path, False)`` when the database is new and no template exists (the caller saves it as the template
     once the server has migrated it), ``(None, True)`` when it was seeded, else ``(None, False)``. Never raises.

@@ -17,9 +17,9 @@ records as finished): a fully cached run needs neither torch nor the policy, and
 only slow the server's own start.
 
 A new home's Prefect database starts as a copy of the machine's migrated template (`flows.prefect_server`,
-`whale_core.db_templates`): the server's first start then skips the migrations and the block registration's inserts
-(measured: 9.2 s → 3.8–4.6 s for the start alone). The first new home on a machine migrates as before and, once its
-server is up and before any run is written, saves its database as that template.
+`whale_core.records.db_templates`): the server's first start then skips the migrations and the block registration's
+inserts (measured: 9.2 s → 3.8–4.6 s for the start alone). The first new home on a machine migrates as before and, once
+its server is up and before any run is written, saves its database as that template.
 
 Only an optimization: nothing here changes what a run computes. A preload step that fails is logged and skipped (the
 task that needs it fails later with its own error, retries and records); Prefect's server failing to start here is
@@ -103,7 +103,7 @@ def _preload_steps(cfg: WhaleConfig, overlap: bool) -> list[tuple[str, Callable[
         import trl  # noqa: F401
 
     def policy() -> None:
-        from whale_core.refs import PolicyRef, load_cached
+        from whale_core.records.refs import PolicyRef, load_cached
 
         load_cached(PolicyRef.base(cfg.model.name, cfg.model.device))
 
@@ -113,7 +113,7 @@ def _preload_steps(cfg: WhaleConfig, overlap: bool) -> list[tuple[str, Callable[
         suite_of(cfg.suite.model_dump(mode="json"))
 
     def mlflow_store() -> None:
-        from whale_core.lineage import Lineage
+        from whale_core.records.lineage import Lineage
 
         Lineage(cfg.tracking.mlflow_uri, cfg.tracking.experiment)
 

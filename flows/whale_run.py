@@ -25,12 +25,12 @@ from flows.common import IterState, RunHandles, heartbeats
 from flows.iteration import block_ascent_iteration
 from flows.startup import prepare
 from tasks import rollout_task
-from whale_core.budget import Budget
 from whale_core.config import WhaleConfig
 from whale_core.harness import Harness
-from whale_core.refs import HarnessRef, PolicyRef
-from whale_core.report import TestScores, write_report
-from whale_core.schedule import LegOutcome
+from whale_core.legs.budget import Budget
+from whale_core.legs.schedule import LegOutcome
+from whale_core.records.refs import HarnessRef, PolicyRef
+from whale_core.science.report import TestScores, write_report
 
 
 def task_runner(cfg: WhaleConfig) -> Any:
@@ -188,7 +188,7 @@ def start_run(cfg: WhaleConfig, run_id: str | None = None) -> dict[str, Any]:
     """A new run (the archive record is created before the flow starts, so ``whale resume`` can find it).
 
     Raises `ArchiveError` if the archive already holds a run ``run_id`` (resume it instead)."""
-    from whale_core.archive import Archive, ArchiveError, RecordNotFound
+    from whale_core.records.archive import Archive, ArchiveError, RecordNotFound
 
     rid = run_id or new_run_id(cfg)
     archive = Archive(cfg.tracking.archive_url)
@@ -207,7 +207,7 @@ def start_run(cfg: WhaleConfig, run_id: str | None = None) -> dict[str, Any]:
 
 def resume_run(run_id: str, archive_url: str | None = None) -> dict[str, Any]:
     """Continue a stopped or crashed run with its stored config; completed tasks come back ``Cached``."""
-    from whale_core.archive import Archive
+    from whale_core.records.archive import Archive
 
     stored = Archive(archive_url).get_run(run_id)
     # A finished run resumed is a fully cached re-run: nothing heavy to preload (see flows/startup.py).
@@ -219,7 +219,7 @@ def rerun_iteration(run_id: str, iteration: int, archive_url: str | None = None)
     """Recompute iteration ``iteration``'s leg (its tasks refresh their cache) and whatever depends on it.
 
     Raises `ArchiveError` for an unknown run and for an iteration the run has no leg of (nothing is recorded then)."""
-    from whale_core.archive import Archive, ArchiveError
+    from whale_core.records.archive import Archive, ArchiveError
 
     archive = Archive(archive_url)
     config = archive.get_run(run_id).config

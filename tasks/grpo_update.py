@@ -18,7 +18,7 @@ from prefect import task
 from tasks import fault
 from tasks.cache import content_cache_key
 from tasks.runtime import suite_of
-from whale_core.refs import HarnessRef, PolicyRef, checkpoint_from_dir
+from whale_core.records.refs import HarnessRef, PolicyRef, checkpoint_from_dir
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def grpo_update(
     out_dir: str,
     population: list[HarnessRef] | None = None,
 ) -> WeightsOutcome:
-    from whale_core.weights import WeightsConfig, train_weights_leg
+    from whale_core.legs.weights_leg import WeightsConfig, train_weights_leg
 
     cfg = WeightsConfig.model_validate({**weights, "seed": seed + 1000 * iteration})
     parent = None if policy.is_base else checkpoint_from_dir(policy.adapter or policy.model)

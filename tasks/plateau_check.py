@@ -8,7 +8,7 @@ from prefect import task
 
 from tasks import fault
 from tasks.cache import content_cache_key
-from whale_core.schedule import Decision, LegOutcome, ScheduleConfig, make_scheduler
+from whale_core.legs.schedule import Decision, LegOutcome, ScheduleConfig, make_scheduler
 
 
 @task(name="plateau-check", cache_key_fn=content_cache_key(), persist_result=True)

@@ -14,8 +14,8 @@ from prefect import task
 
 from tasks import fault
 from tasks.cache import content_cache_key
+from whale_core.legs.harness_leg import SearchConfig, make_proposer
 from whale_core.proposers.base import ProposalContext
-from whale_core.search import SearchConfig, make_proposer
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from prefect import task
 from tasks import fault
 from tasks.cache import content_cache_key
 from tasks.runtime import problems_of, suite_of
-from whale_core.refs import HarnessRef, PolicyRef, load_cached
+from whale_core.records.refs import HarnessRef, PolicyRef, load_cached
 
 
 @dataclass(frozen=True)

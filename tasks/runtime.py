@@ -6,7 +6,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from whale_core.scoring import validation_order
+from whale_core.legs.scoring import validation_order
 from whale_core.suites import Suite, SuiteConfig, load_suite
 from whale_core.suites.base import Problem
 

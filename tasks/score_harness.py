@@ -9,8 +9,8 @@ from prefect import task
 from tasks import fault
 from tasks.cache import content_cache_key
 from tasks.runtime import problems_of, suite_of
-from whale_core.refs import HarnessRef, PolicyRef, load_cached
-from whale_core.scoring import ScoreBlock, score_block
+from whale_core.legs.scoring import ScoreBlock, score_block
+from whale_core.records.refs import HarnessRef, PolicyRef, load_cached
 
 
 @task(name="score-harness", cache_key_fn=content_cache_key("batch_size"), persist_result=True, retries=1)

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import create_engine, text, update
 from sqlalchemy.exc import IntegrityError
 
-from whale_core.archive import (
+from whale_core.records.archive import (
     SCHEMA_VERSION,
     Archive,
     ArchiveError,
@@ -25,7 +25,7 @@ from whale_core.archive import (
     SchemaVersionError,
     default_url,
 )
-from whale_core.archive.tables import SchemaVersionRow
+from whale_core.records.archive.tables import SchemaVersionRow
 
 PG_USERS = ("postgres", "root")
 
@@ -286,7 +286,7 @@ def test_default_url_under_whale_home(tmp_path: Path, monkeypatch: pytest.Monkey
 
 _WRITER = """
 import sys
-from whale_core.archive import Archive
+from whale_core.records.archive import Archive
 a = Archive(sys.argv[1])
 for i in range(int(sys.argv[2])):
     a.add_decision("r1", i, "proc", "from subprocess")

@@ -9,7 +9,7 @@ import threading
 import pytest
 from pydantic import ValidationError
 
-from whale_core.budget import UNLIMITED, Budget, BudgetConfig, BudgetExceeded
+from whale_core.legs.budget import UNLIMITED, Budget, BudgetConfig, BudgetExceeded
 
 
 @pytest.mark.parametrize("cap", [None, 0.3, 1.0])

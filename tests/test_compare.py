@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from whale_core.archive import Archive
-from whale_core.compare import (
+from whale_core.config import WhaleConfig
+from whale_core.records.archive import Archive
+from whale_core.science.compare import (
     ALL_MODES,
     CompareError,
     CompareSpec,
@@ -33,8 +34,7 @@ from whale_core.compare import (
     variant_config,
     write_compare_report,
 )
-from whale_core.config import WhaleConfig
-from whale_core.robustness import RobustnessMatrix
+from whale_core.science.robustness import RobustnessMatrix
 
 
 def _out(

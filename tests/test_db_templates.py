@@ -1,4 +1,5 @@
-"""`whale_core.db_templates`: a new home's SQLite databases start from a migrated template; nothing of a run leaks."""
+"""`whale_core.records.db_templates`: a new home's SQLite databases start from a migrated template; nothing of a run
+leaks."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from whale_core import db_templates
-from whale_core.db_templates import cache_dir, save, seed, template_path
+from whale_core.records import db_templates
+from whale_core.records.db_templates import cache_dir, save, seed, template_path
 
 
 @pytest.fixture
@@ -152,7 +153,7 @@ def test_failures_are_logged_never_raised(
 def test_a_new_mlflow_store_starts_from_the_template_with_its_own_default_experiment(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from whale_core.lineage import Lineage
+    from whale_core.records.lineage import Lineage
 
     monkeypatch.chdir(tmp_path)
     first = Lineage(f"sqlite:///{tmp_path / 'home1' / 'mlflow.db'}", "whale")

@@ -25,7 +25,7 @@ from servers import free_port as _free_port
 from servers import stop_group as _stop_group
 from servers import wait_healthy as _wait_healthy
 
-from whale_core.lineage import Lineage
+from whale_core.records.lineage import Lineage
 
 REPO = Path(__file__).resolve().parents[1]
 INFRA = REPO / "infra"

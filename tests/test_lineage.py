@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from whale_core import lineage as lineage_mod
-from whale_core.lineage import (
+from whale_core.records import lineage as lineage_mod
+from whale_core.records.lineage import (
     Lineage,
     flatten_params,
     is_secret_key,
     leg_run_name,
     parse_harness_artifact,
 )
-from whale_core.report import metric_curve_figure
+from whale_core.science.report import metric_curve_figure
 
 SHA_A = "a" * 64
 SHA_B = "b" * 64

@@ -1,13 +1,14 @@
-"""The run report (`whale_core.report`): leg attempts that a later attempt replaced are history, not table rows."""
+"""The run report (`whale_core.science.report`): leg attempts that a later attempt replaced are history, not table
+rows."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from whale_core.archive import Archive
 from whale_core.harness import Harness
-from whale_core.report import TestScores as Scores
-from whale_core.report import write_report
+from whale_core.records.archive import Archive
+from whale_core.science.report import TestScores as Scores
+from whale_core.science.report import write_report
 from whale_core.suites import load_suite
 
 

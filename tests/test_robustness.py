@@ -10,25 +10,27 @@ from typing import Any
 
 import pytest
 
-from whale_core.archive import Archive
 from whale_core.harness import Harness
-from whale_core.robustness import (
-    MatrixHarness,
-    MatrixModel,
+from whale_core.legs.population import (
     PopulationConfig,
-    RobustnessConfig,
-    RobustnessMatrix,
     assign_population,
     best_val_harnesses,
+    input_signature,
+    population_harnesses,
+    probe_of,
+)
+from whale_core.records.archive import Archive
+from whale_core.science.robustness import (
+    MatrixHarness,
+    MatrixModel,
+    RobustnessConfig,
+    RobustnessMatrix,
     compute_matrix,
     harness_set,
     heatmap_figure,
     heldout_harnesses,
-    input_signature,
     matrix_markdown,
     matrix_problems,
-    population_harnesses,
-    probe_of,
     rollout_evaluate,
 )
 from whale_core.suites import SuiteConfig, load_suite

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from whale_core.schedule import (
+from whale_core.legs.schedule import (
     AdaptiveScheduler,
     FixedScheduler,
     LegOutcome,

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from whale_core.selection import (
+from whale_core.legs.selection import (
     paired_test,
     pareto_front,
     successive_halving,

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from whale_core.harness import Harness
-from whale_core.rewards import SimilarityReward, TaskScoreReward, similarity
+from whale_core.legs.rewards import SimilarityReward, TaskScoreReward, similarity
+from whale_core.legs.weights_leg import Checkpoint, WeightsConfig, completions_per_step, train_weights_leg
 from whale_core.suites import load_suite
 from whale_core.suites.base import Problem
-from whale_core.weights import Checkpoint, WeightsConfig, completions_per_step, train_weights_leg
 
 REPO = Path(__file__).resolve().parents[1]
 LOOSE = """
@@ -289,7 +289,7 @@ setup_offline_env(Path({home!r}))
 from test_weights import LOOSE, SMALL, policy
 from whale_core.harness import Harness
 from whale_core.suites import load_suite
-from whale_core.weights import WeightsConfig, train_weights_leg
+from whale_core.legs.weights_leg import WeightsConfig, train_weights_leg
 cfg = WeightsConfig(steps=8, save_steps=2, keep_trainer_checkpoints=True, **SMALL)
 train_weights_leg(policy(Path({micro!r})), Harness.from_text(LOOSE), load_suite("arith"), cfg,
                   out_dir=Path({out!r}), progress=lambda m: time.sleep(1.0))
@@ -322,8 +322,8 @@ def test_killed_leg_resumes_from_its_last_trainer_checkpoint(
 
 
 def test_chat_prompts_are_tokenized_by_trl_as_rollouts_tokenize_them(suite: Any) -> None:
+    from whale_core.legs.weights_leg import _trl_chat_prompt
     from whale_core.models import make_tokenizer
-    from whale_core.weights import _trl_chat_prompt
 
     tok = make_tokenizer()
     chat = Harness.from_text(suite.seed_harness).evolve(
@@ -434,7 +434,7 @@ def test_micro_batched_leg_trains_on_the_same_completions_with_completion_logits
 
 
 def test_micro_batch_size_is_validated_naming_the_valid_values() -> None:
-    from whale_core.weights_config import micro_batching
+    from whale_core.legs.weights_config import micro_batching
 
     with pytest.raises(ValueError, match=r"micro_batch_size \(5\) must divide .* valid values: 1, 2, 4, 8, 16"):
         WeightsConfig(per_device_train_batch_size=16, micro_batch_size=5)
@@ -444,7 +444,7 @@ def test_micro_batch_size_is_validated_naming_the_valid_values() -> None:
     cfg = WeightsConfig(per_device_train_batch_size=32, num_generations=8, micro_batch_size=4)
     assert micro_batching(cfg) == (4, 8) and completions_per_step(cfg) == 32
     with pytest.raises(ValueError, match="set by WHALE"):
-        from whale_core.weights import _grpo_args
+        from whale_core.legs.weights_leg import _grpo_args
 
         bad = WeightsConfig(extra={"gradient_accumulation_steps": 2})
         _grpo_args(bad, Path("/nonexistent"), 1, 4, True, False)

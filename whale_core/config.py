@@ -19,12 +19,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from whale_core.budget import BudgetConfig
 from whale_core.errors import WhaleError
-from whale_core.schedule import ScheduleConfig
-from whale_core.search import SearchConfig
+from whale_core.legs.budget import BudgetConfig
+from whale_core.legs.harness_leg import SearchConfig
+from whale_core.legs.schedule import ScheduleConfig
+from whale_core.legs.weights_config import WeightsConfig
 from whale_core.suites import SuiteConfig
-from whale_core.weights_config import WeightsConfig
 
 Mode = Literal["whale-adaptive", "whale-fixed", "weights-only", "harness-only", "prompt-weights"]
 MODES: tuple[str, ...] = ("whale-adaptive", "whale-fixed", "weights-only", "harness-only", "prompt-weights")

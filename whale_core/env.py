@@ -4,7 +4,7 @@ Everything WHALE writes in the embedded default lives under ``$WHALE_HOME`` (def
 ``whale.db`` (archive), ``mlflow.db`` + ``mlartifacts/`` (lineage), ``prefect/`` (PREFECT_HOME),
 ``models/`` (built tiny models, keyed by recipe hash), ``runs/<run>/`` (traces, reports, checkpoints). Outside the
 home, a machine-wide cache (``$WHALE_CACHE_DIR``, default ``~/.cache/whale``) holds migrated database templates that
-a new home's databases start from (`whale_core.db_templates`); deleting it is always safe.
+a new home's databases start from (`whale_core.records.db_templates`); deleting it is always safe.
 
 `setup_offline_env()` sets the variables measured in STACK.md so that nothing reaches a hub or a telemetry
 endpoint at run time. It only sets a variable the user has not set, so a user may still point WHALE at servers

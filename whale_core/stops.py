@@ -1,6 +1,6 @@
 """Where a completion ends: the one stop rule shared by evaluation (`whale_core.rollout`) and training
-(`whale_core.weights`, whose rewards parse what TRL decoded), so a weights leg is rewarded on completions cut exactly
-as they are scored.
+(`whale_core.legs.weights_leg`, whose rewards parse what TRL decoded), so a weights leg is rewarded on completions cut
+exactly as they are scored.
 
 The rule, for a harness's ``decoding.stop`` strings:
 1. Generation ends at an *end token*: the tokenizer's EOS, every EOS id of the model's generation config (instruct

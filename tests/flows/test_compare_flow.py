@@ -65,7 +65,7 @@ def test_each_mode_runs_through_the_same_flow(compared: dict[str, Any]) -> None:
     assert all(o["status"] == "finished" for o in outs.values()), [o["error"] for o in outs.values()]
     assert outs["whale-fixed"]["legs"] == ["harness", "weights"]
     assert set(outs["harness-only"]["legs"]) == {"harness"}
-    from whale_core.archive import Archive
+    from whale_core.records.archive import Archive
 
     archive = Archive(f"sqlite:///{home / 'whale.db'}")
     for o in outs.values():
@@ -75,7 +75,7 @@ def test_each_mode_runs_through_the_same_flow(compared: dict[str, Any]) -> None:
 
 
 def test_budget_never_exceeded_and_harness_cap_holds(compared: dict[str, Any]) -> None:
-    from whale_core.archive import Archive
+    from whale_core.records.archive import Archive
 
     archive = Archive(f"sqlite:///{compared['home'] / 'whale.db'}")
     cap = int(0.045 * 5000)

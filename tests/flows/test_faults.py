@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from flow_helpers import REPO, SMALL, make_home, mlflow_client, mlflow_run_keys, mlflow_runs, whale
 
-from whale_core.archive import Archive
+from whale_core.records.archive import Archive
 
 pytestmark = pytest.mark.slow
 

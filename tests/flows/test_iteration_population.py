@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 from flows.common import IterState
 from flows.iteration import _population
-from whale_core.archive import Archive
 from whale_core.config import load_config
 from whale_core.harness import Harness
-from whale_core.refs import HarnessRef, PolicyRef
+from whale_core.records.archive import Archive
+from whale_core.records.refs import HarnessRef, PolicyRef
 from whale_core.suites import load_suite
 
 

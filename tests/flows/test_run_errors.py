@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from flow_helpers import make_home, whale
 
-from whale_core.archive import Archive
+from whale_core.records.archive import Archive
 
 
 def _one_line_error(out: object, *needles: str) -> str:

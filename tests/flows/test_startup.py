@@ -22,7 +22,7 @@ if sys.argv[1] == "early":
     prefect_server.start()  # as the `whale` commands do, before importing the flows
 from flows.startup import prepare
 from whale_core.config import WhaleConfig
-from whale_core.refs import PolicyRef, load_cached
+from whale_core.records.refs import PolicyRef, load_cached
 from prefect.client.orchestration import get_client
 
 cfg = WhaleConfig()

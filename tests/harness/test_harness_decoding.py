@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from tests.proposers.conftest import ScriptedOpenAI, make_context
-from whale_core.archive import Archive
 from whale_core.harness import Harness, HarnessError
 from whale_core.proposers import LLMProposer
+from whale_core.records.archive import Archive
 
 TEXT = 'whale_harness: 1\ninstruction: "Add."\ntemplate: "{{ a }}+{{ b }}="\n'
 

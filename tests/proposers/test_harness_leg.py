@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from whale_core.archive import Archive
 from whale_core.harness import Harness
+from whale_core.legs.harness_leg import SearchConfig, run_harness_leg
+from whale_core.legs.scoring import ScoreBlock, validation_order
 from whale_core.proposers import Proposal, ProposalContext
-from whale_core.scoring import ScoreBlock, validation_order
-from whale_core.search import SearchConfig, run_harness_leg
+from whale_core.records.archive import Archive
 from whale_core.suites import SuiteConfig, load_suite
 
 KEY_ENV = "WHALE_TEST_PROPOSER_KEY"

@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from whale_core.archive import Archive
 from whale_core.errors import WhaleError
 from whale_core.harness import Harness
+from whale_core.legs.harness_leg import SearchConfig, ServedConfig, make_proposer, run_harness_leg
 from whale_core.proposers import FORMAT_REFERENCE, ArchiveEntry, FailingTrace, ProposalContext, ProposerUnavailable
 from whale_core.proposers import serve as srv
 from whale_core.proposers.serve import ProposerServerError, resolve_served_model
 from whale_core.proposers.served import ServedProposer
-from whale_core.search import SearchConfig, ServedConfig, make_proposer, run_harness_leg
+from whale_core.records.archive import Archive
 from whale_core.suites import SuiteConfig, load_suite
 
 REPO = Path(__file__).resolve().parents[2]

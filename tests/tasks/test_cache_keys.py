@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tasks.cache import KEY_FAILURES, CacheKeyError, content_cache_key, content_key
-from whale_core.refs import HarnessRef, PolicyRef
-from whale_core.schedule import LegOutcome
+from whale_core.legs.schedule import LegOutcome
+from whale_core.records.refs import HarnessRef, PolicyRef
 
 
 def _inputs(**changes: object) -> dict[str, object]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from whale_core.harness import chat as _chat
 from whale_core.harness import parse as _parse
 from whale_core.harness import render as _render
 from whale_core.harness.errors import HarnessError, RenderError
@@ -186,10 +187,10 @@ class Harness:
             )
         if tokenizer is None:
             raise RenderError("messages", "this harness is in chat mode (messages): render() needs a tokenizer")
-        msgs = _render.render_chat_messages(
+        msgs = _chat.chat_messages(
             [(m.role, m.content) for m in s.messages], s.instruction, problem, demos, self.encode_answer
         )
-        return _render.apply_chat_template(tokenizer, msgs)
+        return _chat.apply_template(tokenizer, msgs)
 
     def encode_answer(self, gold: str) -> str:
         """The answer as written in demos (sign in front, then pad / reverse / sep)."""

@@ -269,25 +269,3 @@ def render_text_prompt(
     parts = [render_source(template, context_for(d, instruction), "template", d.id) + encode(d.answer) for d in demos]
     parts.append(render_source(template, context_for(problem, instruction), "template", problem.id))
     return separator.join(parts)
-
-
-def render_chat_messages(
-    messages: Sequence[tuple[str, str]],
-    instruction: str,
-    problem: Problem,
-    demos: Sequence[Problem],
-    encode: Callable[[str], str],
-) -> list[dict[str, str]]:
-    """Chat messages for ``problem``: system messages, one (user, assistant) turn pair per demo, then the problem's
-    messages (`whale_core.harness.chat.chat_messages`)."""
-    from whale_core.harness.chat import chat_messages
-
-    return chat_messages(messages, instruction, problem, demos, encode)
-
-
-def apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    """The tokenizer's own chat template over ``messages``: generation prompt last, or a final assistant reply prefix
-    left open (`whale_core.harness.chat.apply_template`)."""
-    from whale_core.harness.chat import apply_template
-
-    return apply_template(tokenizer, messages)

@@ -30,7 +30,9 @@ from sqlalchemy.exc import (
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
-from whale_core.archive.records import (
+from whale_core.env import whale_home
+from whale_core.legs.selection import pareto_front
+from whale_core.records.archive.records import (
     CandidateRecord,
     CheckpointRecord,
     DecisionRecord,
@@ -44,7 +46,7 @@ from whale_core.archive.records import (
     _once_more_on_race,
     _record,
 )
-from whale_core.archive.tables import (
+from whale_core.records.archive.tables import (
     SCHEMA_VERSION,
     ArchiveError,
     Base,
@@ -66,8 +68,6 @@ from whale_core.archive.tables import (
     _check,
     _now,
 )
-from whale_core.env import whale_home
-from whale_core.selection import pareto_front
 
 
 def default_url() -> str:

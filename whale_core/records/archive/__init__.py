@@ -17,7 +17,7 @@ It is the source of truth for resume: a resumed run reads its legs, incumbent an
   and its reason stay on record. ``evaluations.checkpoint_id`` is not a foreign key: it may name the base policy.
 """
 
-from whale_core.archive.records import (
+from whale_core.records.archive.records import (
     CandidateRecord,
     CheckpointRecord,
     DecisionRecord,
@@ -28,8 +28,8 @@ from whale_core.archive.records import (
     RunRecord,
     ScoredHarness,
 )
-from whale_core.archive.store import Archive, default_url
-from whale_core.archive.tables import (
+from whale_core.records.archive.store import Archive, default_url
+from whale_core.records.archive.tables import (
     SCHEMA_VERSION,
     ArchiveError,
     CandidateStatus,

@@ -6,11 +6,12 @@ its own deterministic run id (``<compare id>-<label>-s<seed>``) and the same con
 and the sweep's phase, so all runs share one budget and one suite (the suite's own seed stays fixed: every run is
 tested on the same held-out problems; the run seed moves sampling, demos, proposals and training).
 
-This module holds no orchestration (``flows/compare.py`` runs the plan); it turns `RunOutcome`s (one per run, taken
-from the run summary and the archive's legs) into the report: the bar chart of held-out test scores (mean ± sample
-sd over seeds), the training curves (val metric vs rollouts spent, leg switches marked), the phase-sweep figure (the
-three drawn by `whale_core.compare_figures`), the budget table (completions per leg kind) and the Markdown that ties
-them together with the robustness matrix.
+The report's record types (`RunOutcome`, `ModeStats`, `Difference`, `BudgetRow`) live in
+`whale_core.science.compare_records`. This module holds no orchestration (``flows/compare.py`` runs the plan); it turns
+`RunOutcome`s (one per run, taken from the run summary and the archive's legs) into the report: the bar chart of
+held-out test scores (mean ± sample sd over seeds), the training curves (val metric vs rollouts spent, leg switches
+marked), the phase-sweep figure (the three drawn by `whale_core.science.figures`), the budget table (completions per leg
+kind) and the Markdown that ties them together with the robustness matrix.
 
 Simplified: "WHALE vs baseline" differences come with a standard error (seed spread plus the binomial noise of a score
 over ``test_n`` problems, `ModeStats.se`), not a test: with three seeds that is what the numbers support.
@@ -22,21 +23,22 @@ import math
 import re
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from whale_core.errors import WhaleError
-from whale_core.robustness import RobustnessConfig
+from whale_core.science.compare_records import BudgetRow, Difference, ModeStats, RunOutcome
+from whale_core.science.robustness import RobustnessConfig
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from whale_core.archive import Archive
     from whale_core.config import WhaleConfig
-    from whale_core.robustness import RobustnessMatrix
+    from whale_core.records.archive import Archive
+    from whale_core.science.robustness import RobustnessMatrix
 
 ALL_MODES: tuple[str, ...] = ("whale-adaptive", "whale-fixed", "weights-only", "harness-only", "prompt-weights")
 WHALE_MODES: tuple[str, ...] = ("whale-adaptive", "whale-fixed")
@@ -151,32 +153,6 @@ def config_diff(old: Mapping[str, Any], new: Mapping[str, Any], *, shared_only: 
 
 
 # ------------------------------------------------------------------------------------------------------ outcomes
-@dataclass
-class RunOutcome:
-    """One (variant, seed) run as the report needs it. ``status``: ``finished`` or ``failed`` (then ``error``)."""
-
-    label: str
-    mode: str
-    seed: int
-    run_id: str
-    status: str
-    test_final: float | None = None
-    test_initial: float | None = None
-    test_n: int = 0
-    budget: dict[str, Any] = field(default_factory=dict)
-    final_harness: str | None = None
-    final_checkpoint: str | None = None
-    curve: list[tuple[float, float]] = field(default_factory=list)
-    switches: list[tuple[float, str]] = field(default_factory=list)
-    legs: list[str] = field(default_factory=list)
-    error: str | None = None
-    source: str = "run"  # "run": computed by this invocation; "archive": a finished run found from an earlier one
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "finished" and self.test_final is not None
-
-
 def leg_switches(bounds: Sequence[tuple[float, str]]) -> list[tuple[float, str]]:
     """The leg starts where the kind changes (the first leg counts): ``(rollouts spent, new kind)``."""
     out: list[tuple[float, str]] = []
@@ -190,7 +166,7 @@ def outcome_from_run(
     archive: Archive, variant: Variant, seed: int, run_id: str, summary: Mapping[str, Any], source: str = "run"
 ) -> RunOutcome:
     """A finished run's outcome: test scores and budget from its summary, the curve from the archive's legs."""
-    from whale_core.report import curve_points
+    from whale_core.science.report import curve_points
 
     points, bounds = curve_points(archive, run_id, float(summary["val_initial"]))
     return RunOutcome(
@@ -213,31 +189,6 @@ def outcome_from_run(
 
 
 # --------------------------------------------------------------------------------------------------- aggregation
-@dataclass(frozen=True)
-class ModeStats:
-    """Test scores of one variant over its finished seeds. ``sd`` is the sample sd (0 with one seed)."""
-
-    label: str
-    mode: str
-    n: int
-    failed: int
-    mean: float
-    sd: float
-    values: tuple[float, ...]
-    initial_mean: float
-    test_n: int = 0  # test problems per run (the smallest over its seeds)
-
-    @property
-    def se(self) -> float:
-        """Standard error of ``mean``: seed-to-seed spread plus the test set's own sampling noise (a score is a
-        proportion over ``test_n`` problems), so identical seeds on a small test set do not look exact."""
-        if not self.n:
-            return math.nan
-        p = min(max(self.mean, 0.0), 1.0)
-        sampling = p * (1 - p) / (self.n * self.test_n) if self.test_n else 0.0
-        return math.sqrt(self.sd**2 / self.n + sampling)
-
-
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
     """Mean and sample standard deviation (ddof 1; 0 for fewer than two values; NaN mean for none)."""
     if not values:
@@ -260,42 +211,11 @@ def aggregate(outcomes: Sequence[RunOutcome]) -> list[ModeStats]:
     return out
 
 
-@dataclass(frozen=True)
-class Difference:
-    """``label`` minus ``baseline`` in mean test score, with the standard error of the difference (`ModeStats.se`)."""
-
-    label: str
-    baseline: str
-    diff: float
-    se: float
-
-
 def differences(stats: Sequence[ModeStats]) -> list[Difference]:
     """Every WHALE variant (``whale-*``) against every non-WHALE variant with at least one finished seed."""
     whale = [s for s in stats if s.mode in WHALE_MODES and s.n]
     base = [s for s in stats if s.mode not in WHALE_MODES and s.n]
     return [Difference(w.label, b.label, w.mean - b.mean, math.sqrt(w.se**2 + b.se**2)) for w in whale for b in base]
-
-
-@dataclass(frozen=True)
-class BudgetRow:
-    """Completions per leg kind for one variant: means over its finished seeds, plus the worst case vs the caps."""
-
-    label: str
-    n: int
-    weights: float
-    harness: float
-    eval: float
-    total: int
-    max_spent: int
-    harness_share: float
-    harness_cap: float | None
-    weights_legs: float
-    harness_legs: float
-
-    @property
-    def within_budget(self) -> bool:
-        return self.max_spent <= self.total
 
 
 def budget_table(outcomes: Sequence[RunOutcome]) -> list[BudgetRow]:
@@ -408,8 +328,8 @@ def write_compare_report(
     matrix: RobustnessMatrix | None = None,
 ) -> dict[str, Path]:
     """Write ``report.md`` and the PNGs (bars, curves, sweep, robustness heatmap) into ``out_dir``; return paths."""
-    from whale_core.compare_figures import bar_chart, curves_figure, sweep_figure
-    from whale_core.robustness import heatmap_figure, matrix_markdown
+    from whale_core.science.figures import bar_chart, curves_figure, sweep_figure
+    from whale_core.science.robustness import heatmap_figure, matrix_markdown
 
     out_dir.mkdir(parents=True, exist_ok=True)
     stats = aggregate(outcomes)

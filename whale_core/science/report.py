@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale_core.archive import Archive
+from whale_core.records.archive import Archive
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -94,7 +94,7 @@ def checkpoint_from_dir(path: str | Path) -> Any:
     """Read the `checkpoints.Checkpoint` a leg saved (``whale_checkpoint.json``)."""
     import json
 
-    from whale_core.checkpoints import CHECKPOINT_FILE, Checkpoint
+    from whale_core.records.checkpoints import CHECKPOINT_FILE, Checkpoint
 
     data = json.loads((Path(path) / CHECKPOINT_FILE).read_text())
     fields = Checkpoint.__dataclass_fields__

@@ -3,10 +3,10 @@
 The harness renders every train-split problem (few-shot demos included) into TRL's ``prompt`` column as the exact
 string the model sees at evaluation (chat-mode harnesses render through the tokenizer's chat template, so the column
 is still a plain string: TRL 1.16 then tokenizes it like any text prompt and the model is trained on what it is
-evaluated on). The reward is the suite's score of ``harness.parse_answer(completion)`` (`whale_core.rewards`), plus an
-optional generic shaping term (character similarity of the parsed answer to gold); the task score is what is reported.
-GRPO itself is TRL's: this module only builds the dataset, the rewards, the model (LoRA adapter or full weights,
-continued from a parent checkpoint) and the ``GRPOConfig``, then records what happened.
+evaluated on). The reward is the suite's score of ``harness.parse_answer(completion)`` (`whale_core.legs.rewards`), plus
+an optional generic shaping term (character similarity of the parsed answer to gold); the task score is what is
+reported. GRPO itself is TRL's: this module only builds the dataset, the rewards, the model (LoRA adapter or full
+weights, continued from a parent checkpoint) and the ``GRPOConfig``, then records what happened.
 
 Contracts:
 - ``policy.model`` is trained in place (LoRA layers are injected into it, or its weights change) and left in eval
@@ -18,7 +18,7 @@ Contracts:
   runs a step that would take it past ``max_completions``.
 
 Population (co-overfitting mitigation, ``population=[...]``): each train problem is rendered by one member — the
-incumbent for an ``incumbent_weight`` share, the others round-robin (`whale_core.robustness.assign_population`,
+incumbent for an ``incumbent_weight`` share, the others round-robin (`whale_core.legs.population.assign_population`,
 seeded) — and its completions are rewarded as parsed by that member (``harness_idx`` column). The checkpoint still
 records the incumbent's sha: it is the harness the leg was anchored on.
 
@@ -50,11 +50,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whale_core.checkpoints import CHECKPOINT_FILE, Checkpoint, save_checkpoint
-from whale_core.rewards import SimilarityReward, TaskScoreReward
+from whale_core.legs.rewards import SimilarityReward, TaskScoreReward
+from whale_core.legs.weights_config import DifficultyFilter, WeightsConfig, completions_per_step, micro_batching
+from whale_core.records.checkpoints import CHECKPOINT_FILE, Checkpoint, save_checkpoint
 from whale_core.stops import end_token_ids
 from whale_core.suites.base import Problem
-from whale_core.weights_config import DifficultyFilter, WeightsConfig, completions_per_step, micro_batching
 
 __all__ = [  # the records and config are defined next door and re-exported: the weights leg's API in one place
     "CHECKPOINT_FILE",
@@ -261,7 +261,7 @@ def train_weights_leg(
     """Run one GRPO leg of ``policy`` against the frozen ``harness`` on ``suite``'s train split (see module doc).
 
     ``population``: other harnesses that render a share of the train prompts (mitigation; duplicates of the incumbent
-    are dropped), typically `whale_core.robustness.population_harnesses` of the run's archive with
+    are dropped), typically `whale_core.legs.population.population_harnesses` of the run's archive with
     ``cfg.population.k``; ``cfg.population.incumbent_weight`` is the incumbent's share of the prompts.
 
     ``progress`` gets each step's `StepMetrics` as TRL logs it; ``callbacks`` are extra ``transformers``
@@ -317,7 +317,7 @@ def train_weights_leg(
         )
     from datasets import Dataset
 
-    from whale_core.robustness import assign_population
+    from whale_core.legs.population import assign_population
 
     assign = assign_population([p.id for p in problems], len(members), cfg.seed, cfg.population.incumbent_weight)
     prompts = []

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from whale_core.budget import Budget
 from whale_core.harness import Harness
+from whale_core.legs.budget import Budget
 from whale_core.suites.base import Problem, Suite
 
 __all__ = ["BudgetStop", "RollMany", "ScoreBlock", "Scorer", "score_block", "validation_order"]

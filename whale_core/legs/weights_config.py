@@ -1,6 +1,6 @@
 """The weights leg's configuration (`WeightsConfig`, section ``weights`` of a WHALE config) and the difficulty
-filter's (`DifficultyFilter`). Defaults are the tuned tiny-model recipe (docs/weights-leg.md); `whale_core.weights`
-turns them into TRL's ``GRPOConfig``.
+filter's (`DifficultyFilter`). Defaults are the tuned tiny-model recipe (docs/weights-leg.md);
+`whale_core.legs.weights_leg` turns them into TRL's ``GRPOConfig``.
 
 Batch sizes: ``per_device_train_batch_size`` keeps WHALE's meaning, the completions of one optimizer step (one
 generation batch: TRL's ``generation_batch_size``), so the budget and the seeds do not depend on memory settings;
@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from whale_core.robustness import PopulationConfig
+from whale_core.legs.population import PopulationConfig
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
 Scheduler = Literal["constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr"]

@@ -435,7 +435,7 @@ def _sqlite_file(tracking_uri: str) -> Path | None:
 
 
 def _seed_store(tracking_uri: str) -> Path | None:
-    """A new SQLite store starts as a copy of the machine's migrated template (see `whale_core.db_templates`).
+    """A new SQLite store starts as a copy of the machine's migrated template (see `whale_core.records.db_templates`).
 
     Returns the store's path when it is new and no template exists (the caller saves it as the template once MLflow
     has migrated it), else None. Called before MLflow opens the store (opening creates the file).
@@ -445,7 +445,7 @@ def _seed_store(tracking_uri: str) -> Path | None:
         return None
     import mlflow
 
-    from whale_core import db_templates
+    from whale_core.records import db_templates
 
     return None if db_templates.seed(path, "mlflow", mlflow.__version__) else path
 
@@ -458,7 +458,7 @@ def _save_template(path: Path, client: Any) -> None:
     """
     import mlflow
 
-    from whale_core import db_templates
+    from whale_core.records import db_templates
 
     client.get_experiment("0")  # the store's first use: MLflow migrates the new file and adds experiment 0
     db_templates.save(

@@ -1,6 +1,7 @@
 """The figures of a `whale compare` report: held-out test score per mode (bars), training curves with leg
 switches, and the phase-length sweep against adaptive scheduling. Pure matplotlib on the Agg canvas (no pyplot
-state, safe in Prefect's worker threads); `whale_core.compare.write_compare_report` saves them next to the Markdown."""
+state, safe in Prefect's worker threads); `whale_core.science.compare.write_compare_report` saves them next to the
+Markdown."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from whale_core.compare import ModeStats, RunOutcome
+    from whale_core.science.compare_records import ModeStats, RunOutcome
 
 __all__ = ["bar_chart", "curves_figure", "sweep_figure"]
 

@@ -14,7 +14,7 @@ One leg (`run_harness_leg`):
 
 Every rollout is charged to the budget (``harness`` kind) and recorded as an evaluation in the archive, with its
 traces on disk. Scores are cached per (harness sha, policy id): promoting a candidate to a larger subset only rolls
-out the problems it has not seen (`whale_core.scoring`).
+out the problems it has not seen (`whale_core.legs.scoring`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from whale_core.archive import Archive
-from whale_core.budget import Budget
 from whale_core.harness import Harness
+from whale_core.legs.budget import Budget
+from whale_core.legs.scoring import BudgetStop, RollMany, ScoreBlock, Scorer, score_block, validation_order
+from whale_core.legs.selection import PairedResult, paired_test, pareto_front, successive_halving
 from whale_core.proposers.base import (
     FORMAT_REFERENCE,
     ArchiveEntry,
@@ -42,8 +43,7 @@ from whale_core.proposers.base import (
     ProposerUnavailable,
     check_candidate,
 )
-from whale_core.scoring import BudgetStop, RollMany, ScoreBlock, Scorer, score_block, validation_order
-from whale_core.selection import PairedResult, paired_test, pareto_front, successive_halving
+from whale_core.records.archive import Archive
 from whale_core.suites.base import Suite
 
 
