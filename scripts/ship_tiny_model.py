@@ -18,7 +18,8 @@ import tempfile
 from pathlib import Path
 
 from whale_core.models import shipped
-from whale_core.models.tiny import TinyRecipe, build_tiny_model
+from whale_core.models.tiny import TinyRecipe
+from whale_core.models.tiny_build import build_tiny_model
 
 
 def main() -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TEST_HOME = Path(os.environ.get("WHALE_TEST_HOME", REPO / ".whale-test")).resolve()
 os.environ["WHALE_HOME"] = str(TEST_HOME)
-# Database templates (whale_core.db_templates) go to the test home, not the user's ~/.cache: the session's first new
-# home migrates and saves them, every later one starts from a copy (tests/test_db_templates.py tests both paths).
+# Database templates (whale_core.records.db_templates) go to the test home, not the user's ~/.cache: the session's first
+# new home migrates and saves them, every later one starts from a copy (tests/test_db_templates.py tests both paths).
 os.environ["WHALE_CACHE_DIR"] = str(TEST_HOME / "cache")
 
 from whale_core.env import setup_offline_env  # noqa: E402
@@ -33,7 +33,7 @@ import pytest  # noqa: E402
 
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
-    from whale_core.models.tiny import build_tiny_model
+    from whale_core.models.tiny_build import build_tiny_model
 
     return build_tiny_model(TEST_HOME)
 

@@ -22,6 +22,8 @@
   cProfile``, coverage: they write their results after the program returns) and any interpreter without those
   hooks. Nothing WHALE writes depends on the teardown: the archive, MLflow and Prefect commit per write (SQLite
   recovers an unclosed WAL on the next open).
+- **One writer per cached model.** `file_lock` serializes installs and builds into the model cache across processes
+  (the tiny model, named models).
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 
-__all__ = ["run_cli"]
+__all__ = ["file_lock", "run_cli"]
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -88,3 +91,20 @@ def run_cli(app: Callable[[], object]) -> NoReturn:
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing left to save
             stream.flush()
     os._exit(0)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive POSIX lock on ``path`` (created) for the block: one install or build of a cached model at a
+    time (the tiny model, named models)."""
+    try:
+        import fcntl
+    except ImportError:  # no POSIX locks (Windows): atomic rename alone keeps the cache consistent
+        yield
+        return
+    with path.open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

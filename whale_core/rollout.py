@@ -42,7 +42,7 @@ from whale_core.stops import end_token_ids, finish, multi_token_stops
 from whale_core.suites.base import Problem, Suite
 
 if TYPE_CHECKING:
-    from whale_core.models.policy import Policy
+    from whale_core.models.handle import Policy
 
 __all__ = ["RolloutResult", "Trace", "aggregate", "rollout"]
 

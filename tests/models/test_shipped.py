@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from whale_core.models import shipped, tiny, warmup
+from whale_core.models import shipped, tiny, tiny_build, warmup
 from whale_core.models.shipped import ShippedModelError
-from whale_core.models.tiny import TinyRecipe, build_tiny_model
+from whale_core.models.tiny import TinyRecipe
+from whale_core.models.tiny_build import build_tiny_model
 
 MICRO = TinyRecipe(
     steps=3, batch_size=4, hidden_size=32, intermediate_size=64, layers=1, heads=2, eval_n=4, eval_digits_n=2
@@ -36,7 +37,7 @@ def test_the_default_recipe_has_a_verified_shipped_copy() -> None:
 
 
 def test_install_copies_the_shipped_files_without_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tiny, "_train", _no_training)
+    monkeypatch.setattr(tiny_build, "_train", _no_training)
     out = build_tiny_model(tmp_path)
     src = shipped.shipped_dir(TinyRecipe().hash())
     assert src is not None and out == tiny.tiny_model_dir(tmp_path)
@@ -56,7 +57,7 @@ def test_shipped_model_scores_here_what_its_report_says(tiny_model_dir: Path) ->
     recipe = TinyRecipe()
     formats = {f.name: Harness.from_text(f.harness) for f in warmup.warmup_formats(recipe)}
     policy = load_policy(tiny_model_dir, device="cpu")
-    problems = tiny._eval_problems(recipe, 3)
+    problems = tiny_build._eval_problems(recipe, 3)
     here = {}
     for name in ("plain-p0-k0", "rev-p0-k0"):
         here[name] = rollout(policy, formats[name], load_suite("arith"), problems, batch_size=256, seed=0).score
@@ -79,7 +80,7 @@ def test_a_damaged_shipped_file_is_a_clear_error_and_leaves_no_model(
     weights = root / f"tiny-{TinyRecipe().hash()}" / "model.safetensors"
     weights.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 1080416\n")  # an LFS pointer
     monkeypatch.setattr(shipped, "SHIPPED_ROOT", root)
-    monkeypatch.setattr(tiny, "_train", _no_training)
+    monkeypatch.setattr(tiny_build, "_train", _no_training)
     home = tmp_path / "home"
     with pytest.raises(ShippedModelError, match=r"model\.safetensors is damaged.*Git LFS pointer.*from_scratch=True"):
         build_tiny_model(home)
@@ -121,8 +122,8 @@ def test_ship_then_install_round_trip_and_from_scratch(tmp_path: Path, monkeypat
     monkeypatch.setattr(shipped, "SHIPPED_ROOT", root)
 
     trained: list[int] = []
-    real_train = tiny._train
-    monkeypatch.setattr(tiny, "_train", lambda *a, **k: trained.append(1) or real_train(*a, **k))
+    real_train = tiny_build._train
+    monkeypatch.setattr(tiny_build, "_train", lambda *a, **k: trained.append(1) or real_train(*a, **k))
     installed = build_tiny_model(tmp_path / "install", MICRO)
     assert trained == [] and (installed / "SHA256SUMS").is_file()
     a, b = load_file(str(built / "model.safetensors")), load_file(str(installed / "model.safetensors"))

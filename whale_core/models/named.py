@@ -29,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from whale_core.errors import WhaleError
-from whale_core.models.policy import PolicyLoadError
+from whale_core.models.handle import PolicyLoadError
 
 __all__ = [
     "EXTRA_TABLE_ENV",

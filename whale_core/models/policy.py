@@ -1,8 +1,9 @@
 """The policy: a causal LM (a local Hugging Face model dir or the built-in tiny model) plus an optional LoRA adapter.
 
-`load_policy()` is the one way WHALE gets a model. It never reaches a hub: a local directory is loaded with
-``local_files_only=True``; a string that looks like a hub id (``org/name``) with no such local directory is an error
-that tells the user to download the model themselves and pass the directory.
+`load_policy()` is the one way WHALE gets a model (the `Policy` it returns and `PolicyLoadError` are defined in
+`whale_core.models.handle`, which the layers below the loader import). It never reaches a hub: a local directory is
+loaded with ``local_files_only=True``; a string that looks like a hub id (``org/name``) with no such local directory is
+an error that tells the user to download the model themselves and pass the directory.
 
 Identity (`Policy.policy_id`) is content-based and cheap: the base id is a short sha256 over ``config.json`` and, per
 weight file, its name, size and the sha256 of its first and last MiB (a multi-GB file is never hashed whole; two
@@ -17,11 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale_core.errors import WhaleError
+from whale_core.models.handle import Policy, PolicyLoadError
 
 if TYPE_CHECKING:
     import torch
@@ -31,26 +31,6 @@ __all__ = ["Policy", "PolicyLoadError", "base_model_id", "check_model", "load_po
 _MIB = 1 << 20
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
-
-
-class PolicyLoadError(WhaleError, RuntimeError):
-    """A model or adapter could not be loaded; the message names the path or id and what to do."""
-
-
-@dataclass
-class Policy:
-    """A loaded causal LM ready for generation (and, with ``trainable=True`` at load, for training).
-
-    ``model`` is a ``PreTrainedModel`` (or a ``PeftModel`` wrapping one); ``tokenizer`` pads on the left and has a
-    pad token. ``policy_id`` is a stable content hash (see the module docstring).
-    """
-
-    model: Any
-    tokenizer: Any
-    policy_id: str
-    base_path: Path
-    adapter_path: Path | None
-    device: torch.device
 
 
 def select_device(pref: str = "auto") -> torch.device:
@@ -124,9 +104,14 @@ def _adapter_id(base_id: str, adapter_dir: Path) -> str:
 
 def _resolve_model_dir(model: str | Path, home: Path | None) -> Path:
     if str(model) == "tiny":
-        from whale_core.models.tiny import build_tiny_model
+        from whale_core.models.tiny import install_tiny_model
 
-        return build_tiny_model(home)
+        found = install_tiny_model(home)  # cached, or the shipped copy installed
+        if found is None:  # WHALE ships no copy (an install without the package data): train it here, as always
+            from whale_core.models.tiny_build import build_tiny_model
+
+            found = build_tiny_model(home)
+        return found
     if isinstance(model, str):  # a named model (`whale models list`): its installed dir, or an install hint
         from whale_core.models.named import resolve_named
 

@@ -24,9 +24,9 @@ The copy lives in ``shipped/tiny-<recipe hash>/`` next to this module: the files
 recipe, the build's ``warmup_report.json`` (with its ``build_env``: torch version, kernels, CPU) and ``SHA256SUMS``.
 `install` checks every file against ``SHA256SUMS`` before copying it (a damaged or Git-LFS-pointer file is a clear
 `ShippedModelError`, never a silently different model). A recipe with no shipped copy (any non-default recipe, or
-``build_tiny_model(from_scratch=True)``) is trained on the machine as before. `ship` (used by
-``scripts/ship_tiny_model.py``) writes a freshly built model into this directory when the default recipe changes;
-a test fails if the default recipe has no shipped copy.
+`whale_core.models.tiny_build.build_tiny_model` with ``from_scratch=True``) is trained on the machine as before. `ship`
+(used by ``scripts/ship_tiny_model.py``) writes a freshly built model into this directory when the default recipe
+changes; a test fails if the default recipe has no shipped copy.
 """
 
 from __future__ import annotations
