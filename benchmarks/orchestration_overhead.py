@@ -303,11 +303,11 @@ def main() -> None:
         if args.warm_home:
             _timed([sys.executable, "-c", WARM_UP], env)
         flow_run: dict[str, Any] = {}
-        t_flow = _timed([sys.executable, "-m", "whale_core.cli", "run", "--run-id", "bench", *sets], env, flow_run)
+        t_flow = _timed([sys.executable, "-m", "whale_cli", "run", "--run-id", "bench", *sets], env, flow_run)
         flow_tasks = _task_runs(home / "prefect" / "prefect.db", flow_run["start"])
         rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest child so far (KiB)
         summary = json.loads((home / "runs" / "bench" / "summary.json").read_text())
-        t_cached = _timed([sys.executable, "-m", "whale_core.cli", "resume", "bench"], env)
+        t_cached = _timed([sys.executable, "-m", "whale_cli", "resume", "bench"], env)
         penv = _env(Path(tmp) / "plain", models if models.exists() else None)
         plain_run: dict[str, Any] = {}
         t_plain = _timed([sys.executable, __file__, "--plain-legs", ",".join(summary["legs"]), *sets], penv, plain_run)
@@ -317,10 +317,10 @@ def main() -> None:
             with _prefect_server(Path(tmp)) as url:
                 senv = _env(Path(tmp) / "with-server", models if models.exists() else None) | {"PREFECT_API_URL": url}
                 srv_run: dict[str, Any] = {}
-                cmd = [sys.executable, "-m", "whale_core.cli", "run", "--run-id", "bench-srv", *sets]
+                cmd = [sys.executable, "-m", "whale_cli", "run", "--run-id", "bench-srv", *sets]
                 t_srv = _timed(cmd, senv, srv_run)
                 srv_tasks = _task_runs(Path(tmp) / "prefect-server" / "prefect.db", srv_run["start"])
-                t_srv_cached = _timed([sys.executable, "-m", "whale_core.cli", "resume", "bench-srv"], senv)
+                t_srv_cached = _timed([sys.executable, "-m", "whale_cli", "resume", "bench-srv"], senv)
     print(f"legs: {' → '.join(summary['legs'])}")
     print(f"{'whale run (Prefect + MLflow)':34s} {t_flow:8.1f} s")
     print(f"{'plain loop (whale_core only)':34s} {t_plain:8.1f} s")

@@ -41,7 +41,7 @@ def make_home(tmp: Path, models: Path) -> dict[str, str]:
 
 
 def whale(env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return python(env, "-m", "whale_core.cli", *args, timeout=timeout)
+    return python(env, "-m", "whale_cli", *args, timeout=timeout)
 
 
 def python(env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:

@@ -58,7 +58,7 @@ def _whale_killed_at(env: dict[str, str], point: str, *args: str) -> subprocess.
     """``whale ARGS`` in its own session, armed to SIGKILL its process group (it and its Prefect server) at
     ``point``."""
     return subprocess.run(
-        [sys.executable, "-m", "whale_core.cli", *args],
+        [sys.executable, "-m", "whale_cli", *args],
         env={**env, "WHALE_FAULT": point},
         cwd=REPO,
         capture_output=True,

@@ -188,7 +188,7 @@ def _run_until_a_leg_is_done(env: dict[str, str], log: Path, run_id: str, sets: 
     db = Path(env["WHALE_HOME"]) / "whale.db"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "whale_core.cli", "run", "--run-id", run_id, *_sets(sets)],
+            [sys.executable, "-m", "whale_cli", "run", "--run-id", run_id, *_sets(sets)],
             env=env,
             cwd=REPO,
             stdout=out,

@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 import pytest
 from typer.testing import CliRunner
-from whale_core.cli import app
 
+from whale_cli.app import app
 from whale_core.models import named
 from whale_core.models.install import ModelInstallError, install_named
 from whale_core.models.named import EXTRA_TABLE_ENV, ModelNotInstalledError, NamedModelError
