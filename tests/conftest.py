@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parents[1]
 TEST_HOME = Path(os.environ.get("WHALE_TEST_HOME", REPO / ".whale-test")).resolve()
 os.environ["WHALE_HOME"] = str(TEST_HOME)
 # Database templates (whale_core.records.db_templates) go to the test home, not the user's ~/.cache: the session's first
-# new home migrates and saves them, every later one starts from a copy (tests/test_db_templates.py tests both paths).
+# new home migrates and saves them, every later one starts from a copy (tests/records/test_db_templates.py tests both
+# paths).
 os.environ["WHALE_CACHE_DIR"] = str(TEST_HOME / "cache")
 
 from whale_core.env import setup_offline_env  # noqa: E402

@@ -27,7 +27,7 @@ from whale_core.legs.weights_leg import Checkpoint, WeightsConfig, completions_p
 from whale_core.suites import load_suite
 from whale_core.suites.base import Problem
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LOOSE = """
 whale_harness: 1
 name: loose-sum
@@ -286,7 +286,7 @@ from pathlib import Path
 sys.path.insert(0, {tests!r})
 from whale_core.env import setup_offline_env
 setup_offline_env(Path({home!r}))
-from test_weights import LOOSE, SMALL, policy
+from test_weights_leg import LOOSE, SMALL, policy
 from whale_core.harness import Harness
 from whale_core.suites import load_suite
 from whale_core.legs.weights_leg import WeightsConfig, train_weights_leg
@@ -302,7 +302,7 @@ def test_killed_leg_resumes_from_its_last_trainer_checkpoint(
 ) -> None:
     out = tmp_path / "leg"
     script = RESUME_SCRIPT.format(
-        tests=str(REPO / "tests"), home=os.environ["WHALE_HOME"], micro=str(micro), out=str(out)
+        tests=str(Path(__file__).resolve().parent), home=os.environ["WHALE_HOME"], micro=str(micro), out=str(out)
     )
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], cwd=REPO)
     first_ckpt = out / "trainer" / "checkpoint-2" / "trainer_state.json"

@@ -1,7 +1,7 @@
 """`run_harness_leg` end to end: the `llm` proposer through litellm against the scripted local OpenAI-compatible
-server (see conftest; it stands in for a paid provider API) on the micro model, with every rejection recorded in the
-archive and a dead or slow proposer ending the leg cleanly; and the acceptance rule at leg level, with constructed
-per-problem scores (a truly better candidate is accepted, a noise-only one is not) and the prompt-weights
+server (tests/proposers/conftest.py; it stands in for a paid provider API) on the micro model, with every rejection
+recorded in the archive and a dead or slow proposer ending the leg cleanly; and the acceptance rule at leg level, with
+constructed per-problem scores (a truly better candidate is accepted, a noise-only one is not) and the prompt-weights
 restriction enforced even against a proposer that ignores it."""
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ FUZZ_SEED = 20261206
 N_TEXTS = 1200
 PER_TEXT_S = 12.0  # generous: two renders (probe + one) under the 5 s wall-time backstop; measured max 0.03 s
 PER_TEXT_RSS = 128 << 20
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "harnesses"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "harnesses"
 
 CHAT_SEED = """\
 whale_harness: 1
