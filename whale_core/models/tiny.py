@@ -6,13 +6,13 @@ cached or installs the shipped copy. Training it from scratch (the warm-up below
 `whale_core.models.tiny_build.build_tiny_model` (with `whale_core.models.warmup`'s data), used by
 ``scripts/ship_tiny_model.py``, the tests, and `whale_core.models.policy` only where WHALE ships no copy.
 
-`build_tiny_model()` puts it under ``<home>/models/tiny-<recipe hash>/`` (model + tokenizer via ``save_pretrained``,
-``recipe.json``, ``warmup_report.json``): the default recipe's model **ships with WHALE** and is installed from the
-verified copy in seconds (`whale_core.models.shipped`, which also records why: where this recipe crosses its
-learning transition depends on the CPU's kernels, 42.8 % vs 2.8 % reversed on two machines); any other recipe, or
-``from_scratch=True``, is trained here on the CPU in a few minutes. A cache hit returns at once; an install or build
-writes to a temporary directory and renames it into place, so a killed build never leaves a half model; a file lock
-makes a concurrent second build wait for the first. The same recipe (seed included) gives identical weights on the
+`install_tiny_model()` and `build_tiny_model()` put it under ``<home>/models/tiny-<recipe hash>/`` (model + tokenizer
+via ``save_pretrained``, ``recipe.json``, ``warmup_report.json``): the default recipe's model **ships with WHALE** and
+is installed from the verified copy in seconds (`whale_core.models.shipped`, which also records why: where this recipe
+crosses its learning transition depends on the CPU's kernels, 42.8 % vs 2.8 % reversed on two machines); any other
+recipe, or ``from_scratch=True``, is trained here on the CPU in a few minutes. A cache hit returns at once; an install
+or build writes to a temporary directory and renames it into place, so a killed build never leaves a half model; a file
+lock makes a concurrent second build wait for the first. The same recipe (seed included) gives identical weights on the
 same machine kind (CPU kernels), torch build and thread count; ``warmup_report.json`` records them (``build_env``).
 
 Model: ``LlamaConfig`` 4 layers x 64 hidden (MLP 256, 4 heads, tied embeddings), 0.27 M parameters. Simplified on

@@ -118,7 +118,7 @@ def examples(
     """``n`` training sequences: a format drawn by weight, a problem and demos drawn for it, rendered by its harness.
 
     Arith problems are drawn fresh per digit band (``digit_weights``), never one in ``exclude`` (the suite's val
-    and test problems and the build's evaluation problems, from the builder in `whale_core.models.tiny`): the
+    and test problems and the build's evaluation problems, from the builder in `whale_core.models.tiny_build`): the
     3000-problem train split is far too small for ~150k training answers (measured: a model trained on it
     memorizes it and stays near 0 on held-out 2–3-digit sums). Sort problems come from the sort train split.
     Demos: ``select_demos`` over a pool drawn the same way.
