@@ -87,6 +87,27 @@ def test_a_damaged_shipped_file_is_a_clear_error_and_leaves_no_model(
     assert [p.name for p in (home / "models").iterdir() if not p.name.endswith(".lock")] == []
 
 
+def test_load_policy_tiny_trains_where_whale_ships_no_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runtime path (`load_policy("tiny")`): the shipped copy installed; with none shipped (an install without
+    the package data), the from-scratch build (`tiny_build`, imported lazily) as before the runtime/build split."""
+    from whale_core.models.policy import _resolve_model_dir
+
+    built: list[Path] = []
+
+    def fake_build(out: Path, recipe: TinyRecipe, progress: Any) -> None:
+        built.append(out)
+        (out / "warmup_report.json").write_text("{}")
+
+    monkeypatch.setattr(tiny_build, "_build_into", fake_build)
+    installed = _resolve_model_dir("tiny", tmp_path / "a")
+    assert built == [] and installed == tiny.tiny_model_dir(tmp_path / "a") and (installed / "SHA256SUMS").is_file()
+    monkeypatch.setattr(shipped, "SHIPPED_ROOT", tmp_path / "nothing-shipped")
+    assert tiny.install_tiny_model(tmp_path / "b") is None  # no copy, no builder: nothing written
+    trained = _resolve_model_dir("tiny", tmp_path / "b")
+    assert len(built) == 1 and trained == tiny.tiny_model_dir(tmp_path / "b")
+    assert (trained / "warmup_report.json").exists()
+
+
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
