@@ -1,5 +1,5 @@
-"""Archive: round trips of every record type on SQLite and PostgreSQL, idempotency, upsert, leaderboard, schema
-version, concurrent writers."""
+"""Archive: round trips of every record type on SQLite and PostgreSQL, idempotency, upsert, the best evaluation
+per harness, schema version, concurrent writers."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -217,7 +218,7 @@ def test_legs_and_decisions(archive: Archive) -> None:
     assert d.payload == {"delta": 0.01, "se": 0.02} and ds[1].payload == {}
 
 
-def test_leaderboard_order_pareto_and_status(archive: Archive) -> None:
+def test_best_evaluations_one_per_harness(archive: Archive) -> None:
     archive.create_run("demo", "harness-only", run_id="r1")
     seed = _harness(archive, "seed")
     a = _harness(archive, "a", seed)
@@ -231,28 +232,21 @@ def test_leaderboard_order_pareto_and_status(archive: Archive) -> None:
     ev(seed, "val:64", 0.30, 64, 10)
     ev(a, "val:16", 0.90, 16, 30)  # high on a small subset ...
     ev(a, "val:64", 0.50, 64, 30)  # ... the larger subset is what counts
-    ev(b, "val:64", 0.50, 64, 20)  # same score as a, cheaper: ahead of a and dominates it
-    ev(c, "val:64", 0.20, 64, 40)  # dominated by everyone
-    ev(c, "val:64", 0.99, 64, 5, ck="other")  # other checkpoint: ignored
-    for h, st in ((a, "scored"), (b, "accepted"), (b, "lost"), (c, "scored")):
-        cand = archive.add_candidate("r1", h, proposer="mutate", parent_sha=seed)
-        archive.set_candidate_status(cand.id, st)  # type: ignore[arg-type]
+    ev(b, "val:64", 0.50, 64, 20)
+    ev(c, "val:64", 0.20, 64, 40)
+    ev(c, "val:64", 0.99, 64, 5, ck="other")  # other checkpoint: same n, later: wins only across checkpoints
 
-    board = archive.leaderboard("r1", "base")
-    assert [r.harness_sha for r in board] == [b, a, seed, c]
-    by = {r.harness_sha: r for r in board}
-    assert (by[a].score, by[a].n, by[a].subset) == (0.5, 64, "val:64")
-    assert by[b].prompt_tokens_per_problem == 20.0
-    assert {h: r.pareto for h, r in by.items()} == {b: True, a: False, seed: True, c: False}
-    assert (by[b].status, by[a].status, by[seed].status) == ("accepted", "scored", "evaluated")
-    assert by[a].name == "a" and by[a].parent_sha == seed
-    assert [r.harness_sha for r in archive.leaderboard("r1", "base", top=2)] == [b, a]
-    assert archive.leaderboard("r1", "base", split="test") == []
-    top = archive.top_harnesses("r1", "base", 2)
-    assert [(t.sha, t.score, t.n, t.prompt_tokens, t.status) for t in top] == [
-        (b, 0.5, 64, 20.0, "accepted"), (a, 0.5, 64, 30.0, "scored"),
-    ]  # fmt: skip
-    assert top[0].text == archive.get_harness(b).text and top[0].parent_sha == seed and top[0].pareto
+    best = archive.best_evaluations("r1", checkpoint_id="base")
+    assert list(best) == [seed, a, b, c]
+    assert (best[a].score, best[a].n, best[a].subset) == (0.5, 64, "val:64")
+    assert best[b].prompt_tokens == 20 * 64 and best[c].score == 0.20
+    anywhere = archive.best_evaluations("r1")
+    assert (anywhere[c].score, anywhere[c].checkpoint_id) == (0.99, "other")
+    assert archive.best_evaluations("r1", checkpoint_id="base", split="test") == {}
+    assert seed not in archive.best_evaluations("r1", checkpoint_id="base", exclude=seed)
+    later = datetime.now(UTC) + timedelta(days=1)
+    assert list(archive.best_evaluations("r1", checkpoint_id="base", as_of=later)) == [seed, a, b, c]
+    assert archive.best_evaluations("r1", as_of=datetime(2000, 1, 1, tzinfo=UTC)) == {}
 
 
 def test_schema_version_mismatch(archive_url: str) -> None:

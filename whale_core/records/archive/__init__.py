@@ -23,10 +23,8 @@ from whale_core.records.archive.records import (
     DecisionRecord,
     EvaluationRecord,
     HarnessRecord,
-    LeaderboardRow,
     LegRecord,
     RunRecord,
-    ScoredHarness,
 )
 from whale_core.records.archive.store import Archive, default_url
 from whale_core.records.archive.tables import (
@@ -52,7 +50,6 @@ __all__ = [
     "EvalSplit",
     "EvaluationRecord",
     "HarnessRecord",
-    "LeaderboardRow",
     "LegKind",
     "LegRecord",
     "LegStatus",
@@ -60,6 +57,5 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "SchemaVersionError",
-    "ScoredHarness",
     "default_url",
 ]

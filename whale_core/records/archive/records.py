@@ -122,36 +122,6 @@ class DecisionRecord:
         return dict(json.loads(self.payload_json))
 
 
-@dataclasses.dataclass(frozen=True)
-class LeaderboardRow:
-    """One harness's best-covered evaluation (largest ``n``, then latest) for a run, checkpoint and split."""
-
-    harness_sha: str
-    name: str | None
-    score: float
-    n: int
-    subset: str
-    prompt_tokens_per_problem: float  # evaluation prompt_tokens / n
-    status: str  # "accepted" if ever accepted in the run, else the latest candidate status; "evaluated": no candidate
-    parent_sha: str | None
-    pareto: bool  # on the front of score (max) vs prompt tokens per problem (min), among all evaluated harnesses
-
-
-@dataclasses.dataclass(frozen=True)
-class ScoredHarness:
-    """A leaderboard row with the harness text (what a proposer is shown); ``prompt_tokens`` is per problem."""
-
-    sha: str
-    name: str | None
-    text: str
-    score: float
-    n: int
-    status: str
-    parent_sha: str | None
-    prompt_tokens: float
-    pareto: bool
-
-
 R = TypeVar("R")
 
 

@@ -1,8 +1,11 @@
-"""`Archive`: one engine per store, one short session per method call."""
+"""`Archive`: one engine per store, one short session per method call; runs, harnesses, candidates, checkpoints.
+
+The evaluations, legs and decisions are `whale_core.records.archive.history.RunHistory` (mixed in); a read-only view
+(`Archive.read_only_view`) skips every write (`whale_core.records.archive.readonly`)."""
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import os
 import time
 import uuid
@@ -31,17 +34,13 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
 from whale_core.env import whale_home
-from whale_core.legs.selection import pareto_front
+from whale_core.records.archive.history import RunHistory
+from whale_core.records.archive.readonly import writes
 from whale_core.records.archive.records import (
     CandidateRecord,
     CheckpointRecord,
-    DecisionRecord,
-    EvaluationRecord,
     HarnessRecord,
-    LeaderboardRow,
-    LegRecord,
     RunRecord,
-    ScoredHarness,
     _dumps,
     _once_more_on_race,
     _record,
@@ -53,13 +52,7 @@ from whale_core.records.archive.tables import (
     CandidateRow,
     CandidateStatus,
     CheckpointRow,
-    DecisionRow,
-    EvalSplit,
-    EvaluationRow,
     HarnessRow,
-    LegKind,
-    LegRow,
-    LegStatus,
     RecordNotFound,
     RunRow,
     RunStatus,
@@ -76,8 +69,8 @@ def default_url() -> str:
 
 
 # ------------------------------------------------------------------------------------------------------------ archive
-class Archive:
-    """The SQL store (see the module docstring). Use as a context manager or call ``close()``."""
+class Archive(RunHistory):
+    """The SQL store (see the package docstring). Use as a context manager or call ``close()``."""
 
     def __init__(self, url: str | None = None, *, busy_timeout_s: float = 30.0) -> None:
         """Open (and on first use create) the store at ``url`` (default `default_url`).
@@ -86,6 +79,8 @@ class Archive:
         for a store that cannot be opened (a server that does not answer, a directory that cannot be written, a full
         disk): these are user errors, not bugs."""
         self.url = url or default_url()
+        self.read_only = False
+        self._owns_engine = True
         try:
             parsed = make_url(self.url)
         except ArgumentError:
@@ -174,11 +169,21 @@ class Archive:
 
     @contextmanager
     def _write(self) -> Iterator[Session]:
+        if self.read_only:  # a write method not marked `writes`: refuse rather than write during a replay
+            raise ArchiveError(f"read-only view of {self.safe_url}: a write method is not marked @writes")
         with Session(self._write_engine) as s, s.begin():
             yield s
 
+    def read_only_view(self) -> Archive:
+        """This archive, read-only: reads pass through, every write returns `SKIPPED` and stores nothing. Shares
+        this archive's engine (closing the view closes nothing)."""
+        view = copy.copy(self)
+        view.read_only, view._owns_engine = True, False
+        return view
+
     def close(self) -> None:
-        self.engine.dispose()
+        if self._owns_engine:
+            self.engine.dispose()
 
     def __enter__(self) -> Archive:
         return self
@@ -191,6 +196,7 @@ class Archive:
             return int(s.execute(select(SchemaVersionRow.version)).scalar_one())
 
     # -- runs
+    @writes
     def create_run(
         self,
         name: str,
@@ -224,6 +230,7 @@ class Archive:
         with self._read() as s:
             return [_record(RunRecord, r) for r in s.scalars(select(RunRow).order_by(RunRow.created, RunRow.id))]
 
+    @writes
     def update_run(
         self,
         run_id: str,
@@ -253,6 +260,7 @@ class Archive:
             return _record(RunRecord, row)
 
     # -- harnesses and candidates
+    @writes
     def put_harness(self, sha: str, text: str, name: str | None = None, parent_sha: str | None = None) -> HarnessRecord:
         """Store a harness text under its sha; idempotent. A different text under a stored sha raises."""
 
@@ -280,6 +288,7 @@ class Archive:
             raise RecordNotFound(f"no harness {sha[:12]} in {self.safe_url}")
         return rec
 
+    @writes
     def add_candidate(
         self,
         run_id: str,
@@ -319,6 +328,7 @@ class Archive:
         h = s.get(HarnessRow, row.harness_sha) if row.harness_sha else None
         return _record(CandidateRecord, row, text=h.text if h is not None else row.raw_text)
 
+    @writes
     def set_candidate_status(
         self,
         candidate: int | CandidateRecord,
@@ -362,6 +372,7 @@ class Archive:
         return self.candidates(run_id, status="rejected")
 
     # -- checkpoints
+    @writes
     def put_checkpoint(
         self,
         checkpoint_id: str,
@@ -402,255 +413,3 @@ class Archive:
         q = select(CheckpointRow).where(CheckpointRow.run_id == run_id).order_by(CheckpointRow.created)
         with self._read() as s:
             return [_record(CheckpointRecord, r) for r in s.scalars(q)]
-
-    # -- evaluations
-    def record_evaluation(
-        self,
-        run_id: str,
-        harness_sha: str,
-        checkpoint_id: str,
-        split: EvalSplit,
-        subset: str,
-        *,
-        score: float,
-        n: int,
-        completions: int,
-        prompt_tokens: int,
-        completion_tokens: int,
-        traces_path: str | None = None,
-    ) -> EvaluationRecord:
-        """Insert or replace the evaluation on the key ``(run_id, harness_sha, checkpoint_id, split, subset)``."""
-        _check(split, EvalSplit, "split")
-        key = {"run_id": run_id, "harness_sha": harness_sha, "checkpoint_id": checkpoint_id, "split": split,
-               "subset": subset}  # fmt: skip
-        vals = {"score": float(score), "n": int(n), "completions": int(completions),
-                "prompt_tokens": int(prompt_tokens), "completion_tokens": int(completion_tokens),
-                "traces_path": traces_path, "created": _now()}  # fmt: skip
-        dialect = self.engine.dialect.name
-        with self._write() as s:
-            if dialect == "sqlite":
-                from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-                lite = sqlite_insert(EvaluationRow).values(**key, **vals)
-                s.execute(lite.on_conflict_do_update(index_elements=list(key), set_=vals))
-            elif dialect == "postgresql":
-                from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-                pg = pg_insert(EvaluationRow).values(**key, **vals)
-                s.execute(pg.on_conflict_do_update(index_elements=list(key), set_=vals))
-            else:  # portable fallback: not race-free across processes
-                row = s.scalars(select(EvaluationRow).filter_by(**key)).first()
-                if row is None:
-                    s.add(EvaluationRow(**key, **vals))
-                else:
-                    for k, v in vals.items():
-                        setattr(row, k, v)
-                s.flush()
-            got = s.scalars(select(EvaluationRow).filter_by(**key).execution_options(populate_existing=True)).one()
-            return _record(EvaluationRecord, got)
-
-    def find_evaluation(
-        self, run_id: str, harness_sha: str, checkpoint_id: str, split: str, subset: str
-    ) -> EvaluationRecord | None:
-        """The completed evaluation on this key, or ``None`` (a resumed run reuses it instead of re-scoring)."""
-        key = {"run_id": run_id, "harness_sha": harness_sha, "checkpoint_id": checkpoint_id, "split": split,
-               "subset": subset}  # fmt: skip
-        with self._read() as s:
-            row = s.scalars(select(EvaluationRow).filter_by(**key)).first()
-            return None if row is None else _record(EvaluationRecord, row)
-
-    def evaluations(
-        self, run_id: str, *, checkpoint_id: str | None = None, split: str | None = None
-    ) -> list[EvaluationRecord]:
-        q = select(EvaluationRow).where(EvaluationRow.run_id == run_id)
-        if checkpoint_id is not None:
-            q = q.where(EvaluationRow.checkpoint_id == checkpoint_id)
-        if split is not None:
-            q = q.where(EvaluationRow.split == split)
-        with self._read() as s:
-            return [_record(EvaluationRecord, r) for r in s.scalars(q.order_by(EvaluationRow.id))]
-
-    # -- legs
-    def start_leg(
-        self,
-        run_id: str,
-        iteration: int,
-        kind: LegKind,
-        *,
-        incumbent_harness_in: str | None = None,
-        checkpoint_in: str | None = None,
-        mlflow_run_id: str | None = None,
-    ) -> LegRecord:
-        _check(kind, LegKind, "leg kind")
-        row = LegRow(
-            run_id=run_id, iteration=iteration, kind=kind, status="running", started=_now(), finished=None,
-            budget_used=0, mlflow_run_id=mlflow_run_id, incumbent_harness_in=incumbent_harness_in,
-            incumbent_harness_out=None, checkpoint_in=checkpoint_in, checkpoint_out=None, metrics_json="{}",
-        )  # fmt: skip
-        with self._write() as s:
-            s.add(row)
-            s.flush()
-            return _record(LegRecord, row)
-
-    def _end_leg(self, leg_id: int, status: LegStatus, **changes: Any) -> LegRecord:
-        with self._write() as s:
-            row = s.get(LegRow, leg_id)
-            if row is None:
-                raise RecordNotFound(f"no leg {leg_id} in {self.safe_url}")
-            row.status = status
-            row.finished = _now()
-            for k, v in changes.items():
-                if v is not None:
-                    setattr(row, k, v)
-            s.flush()
-            return _record(LegRecord, row)
-
-    def finish_leg(
-        self,
-        leg_id: int,
-        *,
-        budget_used: int,
-        incumbent_harness_out: str | None = None,
-        checkpoint_out: str | None = None,
-        metrics: Mapping[str, Any] | None = None,
-    ) -> LegRecord:
-        return self._end_leg(
-            leg_id, "done", budget_used=int(budget_used), incumbent_harness_out=incumbent_harness_out,
-            checkpoint_out=checkpoint_out, metrics_json=None if metrics is None else _dumps(metrics),
-        )  # fmt: skip
-
-    def fail_leg(self, leg_id: int, error: str, *, budget_used: int | None = None) -> LegRecord:
-        """Mark a leg failed; the error text is kept in its metrics as ``{"error": ...}``."""
-        return self._end_leg(leg_id, "failed", budget_used=budget_used, metrics_json=_dumps({"error": error}))
-
-    def end_attempt(self, leg_id: int, status: LegStatus, reason: str) -> LegRecord:
-        """Close an earlier attempt of a leg as history: ``interrupted`` (it was still ``running`` when its process
-        died) or ``superseded`` (a done leg that ``whale rerun`` recomputes). Its metrics become ``{"error":
-        reason}``; its candidates still ``proposed`` (never judged) become ``interrupted``. One transaction."""
-        if status not in ("interrupted", "superseded"):
-            raise ValueError(f"invalid attempt status {status!r}; expected one of ['interrupted', 'superseded']")
-        with self._write() as s:
-            row = s.get(LegRow, leg_id)
-            if row is None:
-                raise RecordNotFound(f"no leg {leg_id} in {self.safe_url}")
-            row.status, row.finished, row.metrics_json = status, _now(), _dumps({"error": reason})
-            open_candidates = select(CandidateRow).where(CandidateRow.leg_id == leg_id)
-            for cand in s.scalars(open_candidates.where(CandidateRow.status == "proposed")):
-                cand.status, cand.reason = "interrupted", f"never judged: its leg was {status} ({reason})"
-            s.flush()
-            return _record(LegRecord, row)
-
-    def set_leg_mlflow_run(self, leg_id: int, mlflow_run_id: str) -> LegRecord:
-        with self._write() as s:
-            row = s.get(LegRow, leg_id)
-            if row is None:
-                raise RecordNotFound(f"no leg {leg_id} in {self.safe_url}")
-            row.mlflow_run_id = mlflow_run_id
-            s.flush()
-            return _record(LegRecord, row)
-
-    def legs(self, run_id: str) -> list[LegRecord]:
-        with self._read() as s:
-            q = select(LegRow).where(LegRow.run_id == run_id).order_by(LegRow.id)
-            return [_record(LegRecord, r) for r in s.scalars(q)]
-
-    def last_leg(self, run_id: str, *, status: LegStatus | None = None) -> LegRecord | None:
-        q = select(LegRow).where(LegRow.run_id == run_id)
-        if status is not None:
-            q = q.where(LegRow.status == status)
-        with self._read() as s:
-            row = s.scalars(q.order_by(LegRow.id.desc()).limit(1)).first()
-            return None if row is None else _record(LegRecord, row)
-
-    # -- decisions
-    def add_decision(
-        self, run_id: str, iteration: int, kind: str, reason: str, payload: Mapping[str, Any] | None = None
-    ) -> DecisionRecord:
-        """Record a scheduler/selection decision (kind: accept, reject, switch, stop, ...)."""
-        row = DecisionRow(run_id=run_id, iteration=iteration, kind=kind, reason=reason, payload_json=_dumps(payload),
-                          created=_now())  # fmt: skip
-        with self._write() as s:
-            s.add(row)
-            s.flush()
-            return _record(DecisionRecord, row)
-
-    def ensure_decision(
-        self, run_id: str, iteration: int, kind: str, reason: str, payload: Mapping[str, Any] | None = None
-    ) -> DecisionRecord:
-        """`add_decision`, unless the run already holds this very decision (same iteration, kind, reason and
-        payload): a resumed run re-takes the decisions of the iteration it was killed in, and must not store them
-        twice. Returns the stored record either way."""
-        payload_json = _dumps(payload)
-        with self._write() as s:
-            q = select(DecisionRow).where(
-                DecisionRow.run_id == run_id,
-                DecisionRow.iteration == iteration,
-                DecisionRow.kind == kind,
-                DecisionRow.reason == reason,
-                DecisionRow.payload_json == payload_json,
-            )
-            row = s.scalars(q.order_by(DecisionRow.id).limit(1)).first()
-            if row is None:
-                row = DecisionRow(run_id=run_id, iteration=iteration, kind=kind, reason=reason,
-                                  payload_json=payload_json, created=_now())  # fmt: skip
-                s.add(row)
-                s.flush()
-            return _record(DecisionRecord, row)
-
-    def decisions(self, run_id: str) -> list[DecisionRecord]:
-        with self._read() as s:
-            q = select(DecisionRow).where(DecisionRow.run_id == run_id).order_by(DecisionRow.id)
-            return [_record(DecisionRecord, r) for r in s.scalars(q)]
-
-    # -- views
-    def leaderboard(self, run_id: str, checkpoint_id: str, split: str = "val", top: int = 10) -> list[LeaderboardRow]:
-        """Harnesses evaluated in a run against one checkpoint, best first.
-
-        Per harness the evaluation with the largest ``n`` (then the latest) counts. Order: score desc, then prompt
-        tokens per problem asc, then sha. Pareto flags are computed over all evaluated harnesses, before ``top``.
-        """
-        with self._read() as s:
-            evals = s.scalars(
-                select(EvaluationRow).where(
-                    EvaluationRow.run_id == run_id,
-                    EvaluationRow.checkpoint_id == checkpoint_id,
-                    EvaluationRow.split == split,
-                )
-            ).all()
-            best: dict[str, EvaluationRow] = {}
-            for e in evals:
-                cur = best.get(e.harness_sha)
-                if cur is None or (e.n, e.id) > (cur.n, cur.id):
-                    best[e.harness_sha] = e
-            shas = list(best)
-            harnesses = {h.sha: h for h in s.scalars(select(HarnessRow).where(HarnessRow.sha.in_(shas)))}
-            cands = s.scalars(
-                select(CandidateRow)
-                .where(CandidateRow.run_id == run_id, CandidateRow.harness_sha.in_(shas))
-                .order_by(CandidateRow.id)
-            ).all()
-            status: dict[str, str] = {}
-            for c in cands:
-                if c.harness_sha is not None and status.get(c.harness_sha) != "accepted":
-                    status[c.harness_sha] = c.status
-            rows = [
-                LeaderboardRow(harness_sha=sha, name=harnesses[sha].name, score=e.score, n=e.n, subset=e.subset,
-                               prompt_tokens_per_problem=e.prompt_tokens / e.n if e.n else 0.0,
-                               status=status.get(sha, "evaluated"), parent_sha=harnesses[sha].parent_sha, pareto=False)
-                for sha, e in best.items()
-            ]  # fmt: skip
-        flags = pareto_front([(r.score, r.prompt_tokens_per_problem) for r in rows])
-        rows = [dataclasses.replace(r, pareto=f) for r, f in zip(rows, flags, strict=True)]
-        rows.sort(key=lambda r: (-r.score, r.prompt_tokens_per_problem, r.harness_sha))
-        return rows[:top]
-
-    def top_harnesses(self, run_id: str, checkpoint_id: str, n: int, split: str = "val") -> list[ScoredHarness]:
-        """The ``n`` best rows of ``leaderboard`` with their harness texts (what a proposer is shown)."""
-        board = self.leaderboard(run_id, checkpoint_id, split=split, top=n)
-        texts = {r.harness_sha: self.get_harness(r.harness_sha).text for r in board}
-        return [
-            ScoredHarness(sha=r.harness_sha, name=r.name, text=texts[r.harness_sha], score=r.score, n=r.n,
-                          status=r.status, parent_sha=r.parent_sha, prompt_tokens=r.prompt_tokens_per_problem,
-                          pareto=r.pareto)
-            for r in board
-        ]  # fmt: skip
