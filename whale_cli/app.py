@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 
+from whale_cli.common import PRECEDENCE
 from whale_cli.compare import compare_cmd
 from whale_cli.config import config_cmd
 from whale_cli.deploy import deploy_cmd
@@ -35,18 +36,18 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.add_typer(models_app, name="models")
-# the order of `whale --help`
-app.command("eval")(eval_cmd)
-app.command("train")(train_cmd)
+# the order of `whale --help`; the commands that resolve a config (--config/--set) show the precedence rule
+app.command("eval", epilog=PRECEDENCE)(eval_cmd)
+app.command("train", epilog=PRECEDENCE)(train_cmd)
 app.command("search")(search_cmd)
-app.command("run")(run_cmd)
+app.command("run", epilog=PRECEDENCE)(run_cmd)
 app.command("resume")(resume_cmd)
 app.command("rerun")(rerun_cmd)
 app.command("runs")(runs_cmd)
-app.command("deploy")(deploy_cmd)
+app.command("deploy", epilog=PRECEDENCE)(deploy_cmd)
 app.command("ui")(ui_cmd)
-app.command("config")(config_cmd)
-app.command("compare")(compare_cmd)
+app.command("config", epilog=PRECEDENCE)(config_cmd)
+app.command("compare", epilog=PRECEDENCE)(compare_cmd)
 
 
 def main() -> None:

@@ -1,5 +1,7 @@
-"""What the ``whale`` commands share: their common options, the console, loading a suite, harness and policy, a
-rollout with a progress bar, the model check and Prefect server start before a flow, and a fresh run directory.
+"""What the ``whale`` commands share: the settings rule (`ALIASES`: each short flag is one config key;
+`resolve_config`: flags > --set > --config > defaults), their common options, the console, loading a suite, harness
+and policy, a rollout with a progress bar, the model check and Prefect server start before a flow, and a fresh run
+directory.
 
 Heavy modules (torch, transformers, Prefect, MLflow, rich's widgets) are imported inside the helpers, never at module
 level, so that ``whale --help`` stays fast.
@@ -9,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -17,43 +21,141 @@ import typer
 from whale_cli.guard import CliError
 
 __all__ = [
+    "ALIASES",
+    "PRECEDENCE",
+    "AdapterFlag",
+    "Alias",
+    "BatchSizeFlag",
     "ConfigOpt",
+    "DataFlag",
     "DataOpt",
+    "DeviceFlag",
     "DeviceOpt",
+    "HarnessFlag",
     "HarnessOpt",
+    "ModeFlag",
+    "ModelFlag",
     "ModelOpt",
+    "SeedFlag",
     "SeedOpt",
     "SetOpt",
+    "StepsFlag",
+    "SuiteFlag",
     "SuiteOpt",
+    "ValProblemsFlag",
+    "alias_option",
     "check_model",
     "console",
     "fail",
     "load_harness",
     "load_policy_with_status",
     "load_suite",
+    "load_suite_from",
     "progress_rollout",
+    "refuse_adapter",
+    "resolve_config",
     "run_dir",
     "start_prefect_server",
 ]
 
-ModelOpt = Annotated[
-    str,
-    typer.Option(
-        "--model",
-        "-m",
-        help="'tiny' (ships with WHALE), an installed model's name (`whale models install NAME`) or a local Hugging "
-        "Face model directory (with config.json)",
+
+# ------------------------------------------------------------------------------------ settings: one schema, one rule
+@dataclass(frozen=True)
+class Alias:
+    """A command-line flag that is only another spelling of one config key: ``--model X`` == ``--set model.name=X``.
+    ``help`` ends with the key's default (a test checks it against the schema)."""
+
+    key: str
+    flags: tuple[str, ...]
+    help: str
+
+
+# parameter name (as the commands spell it) -> the config key it sets. The one table: a command that offers one of
+# these flags declares the parameter with the matching *Flag type below and hands it to `resolve_config` by name.
+ALIASES: dict[str, Alias] = {
+    "model": Alias(
+        "model.name",
+        ("--model", "-m"),
+        "'tiny' (ships with WHALE), an installed model's name (`whale models install NAME`) or a local Hugging Face "
+        "model directory (with config.json); default: tiny",
     ),
+    "suite": Alias("suite.name", ("--suite", "-s"), "arith | sort | jsonl | pkg.module:Class; default: arith"),
+    "data": Alias("suite.path", ("--data",), "JSONL file for --suite jsonl; default: null"),
+    "harness": Alias("harness", ("--harness",), "harness YAML file; default: null (the suite's seed harness)"),
+    "seed": Alias("seed", ("--seed",), "run seed: sampling, demos, training (the problems: suite.seed); default: 0"),
+    "device": Alias(
+        "model.device", ("--device",), "auto | cpu | cuda | cuda:N | mps (refused if not present); default: auto"
+    ),
+    "adapter": Alias("model.adapter", ("--adapter",), "LoRA adapter / checkpoint dir; default: null"),
+    "batch_size": Alias("rollout.batch_size", ("--batch-size",), "generation batch size; default: 64"),
+    "steps": Alias("weights.steps", ("--steps",), "GRPO steps; default: 300"),
+    "val_problems": Alias("rollout.val_problems", ("-n",), "val problems for the before/after score; default: 200"),
+    "mode": Alias(
+        "mode",
+        ("--mode",),
+        "whale-adaptive | whale-fixed | weights-only | harness-only | prompt-weights; default: whale-fixed",
+    ),
+    "proposer": Alias(
+        "search.proposer",
+        ("--proposer",),
+        "'mutate' (offline) or a litellm model, e.g. openai/gpt-4o-mini; default: mutate",
+    ),
+    "api_base": Alias("search.api_base", ("--api-base",), "OpenAI-compatible base URL for the proposer; default: null"),
+    "candidates": Alias("search.candidates", ("-k", "--candidates"), "candidates to propose; default: 8"),
+}
+
+PRECEDENCE = (
+    "Settings come from one schema (`whale config --explain` lists every key): a flag such as `--model X` is the "
+    "same as `--set model.name=X`. Precedence, highest first: flag > `--set` > `--config` file > defaults."
+)
+
+
+def alias_option(name: str, **kwargs: Any) -> Any:
+    """The Typer option of the alias flag ``name`` (flags and help from `ALIASES`; ``kwargs``: bounds)."""
+    alias = ALIASES[name]
+    return typer.Option(*alias.flags, help=f"{alias.help} [config key: {alias.key}]", **kwargs)
+
+
+# alias flags: None = not given (the config decides)
+ModelFlag = Annotated[str | None, alias_option("model")]
+SuiteFlag = Annotated[str | None, alias_option("suite")]
+DataFlag = Annotated[Path | None, alias_option("data")]
+HarnessFlag = Annotated[Path | None, alias_option("harness")]
+SeedFlag = Annotated[int | None, alias_option("seed")]
+DeviceFlag = Annotated[str | None, alias_option("device")]
+AdapterFlag = Annotated[str | None, alias_option("adapter")]
+BatchSizeFlag = Annotated[int | None, alias_option("batch_size", min=1)]
+StepsFlag = Annotated[int | None, alias_option("steps", min=1)]
+ValProblemsFlag = Annotated[int | None, alias_option("val_problems", min=1)]
+ModeFlag = Annotated[str | None, alias_option("mode")]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="YAML config file (`whale config` prints one, `--explain` every key)"),
 ]
-SuiteOpt = Annotated[str, typer.Option("--suite", "-s", help="arith | sort | jsonl | pkg.module:Class")]
-HarnessOpt = Annotated[
-    Path | None, typer.Option("--harness", help="harness YAML file (default: the suite's seed harness)")
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="KEY=VALUE config override, e.g. --set weights.steps=200 (repeatable; value is YAML)"),
 ]
-DataOpt = Annotated[Path | None, typer.Option("--data", help="JSONL file for --suite jsonl")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="seed for suites, demos, sampling and training")]
-DeviceOpt = Annotated[str, typer.Option("--device", help="auto | cpu | cuda | cuda:N | mps (refused if not present)")]
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config (see `whale config`)")]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override, e.g. --set weights.steps=200 (repeatable)")]
+
+# the same flags with a fixed default, for commands that do not resolve a config yet (`whale search`)
+ModelOpt = Annotated[str, alias_option("model")]
+SuiteOpt = Annotated[str, alias_option("suite")]
+HarnessOpt = Annotated[Path | None, alias_option("harness")]
+DataOpt = Annotated[Path | None, alias_option("data")]
+SeedOpt = Annotated[int, alias_option("seed")]
+DeviceOpt = Annotated[str, alias_option("device")]
+
+
+def resolve_config(
+    config: Path | None, sets: list[str] | None, *, defaults: Mapping[str, Any] | None = None, **flags: Any
+) -> Any:
+    """The command's `WhaleConfig`. ``flags``: alias flags by their `ALIASES` name (None = not given). Precedence,
+    highest first: flags > ``--set`` (in order) > the ``--config`` file > ``defaults`` (the command's own default
+    for a key, dotted key -> value) > the schema's defaults."""
+    from whale_core.config import load_config
+
+    given = {ALIASES[name].key: str(v) if isinstance(v, Path) else v for name, v in flags.items() if v is not None}
+    return load_config(config, list(sets or []), flags=given, defaults=defaults)
 
 
 def console() -> Any:
@@ -73,12 +175,20 @@ def load_suite(name: str, data: Path | None, seed: int) -> Any:
     return load(SuiteConfig(name=name, seed=seed, path=str(data) if data else None))
 
 
-def load_harness(path: Path | None, suite: Any) -> Any:
+def load_suite_from(cfg: Any) -> Any:
+    """The suite a `SuiteConfig` (the config's ``suite`` section) names."""
+    from whale_core.suites import load_suite as load
+
+    return load(cfg)
+
+
+def load_harness(path: str | Path | None, suite: Any) -> Any:
     """The harness in ``path``, or the suite's seed harness when no path is given."""
     from whale_core.harness import Harness
 
     if path is None:
         return Harness.from_text(suite.seed_harness)
+    path = Path(path)
     if not path.is_file():
         fail(f"harness file not found: {path}")
     return Harness.from_file(path)
@@ -114,10 +224,21 @@ def progress_rollout(
         )
 
 
-def check_model(cfg: Any) -> None:
-    """The config's model, adapter and device, checked before a flow starts (a typo: one error line, no failed run)."""
+def refuse_adapter(cfg: Any, command: str) -> None:
+    """``model.adapter`` is read by `whale eval` only; a command that starts from the base model refuses it rather
+    than ignore it."""
+    if cfg.model.adapter is not None:
+        fail(
+            f"model.adapter is read only by `whale eval`; `{command}` starts from the base model (model.name): "
+            "remove model.adapter"
+        )
+
+
+def check_model(cfg: Any, command: str = "whale run") -> None:
+    """The config's model and device, checked before a flow starts (a typo: one error line, no failed run)."""
     from whale_core.models.policy import check_model as check
 
+    refuse_adapter(cfg, command)
     check(cfg.model.name, cfg.model.device, cfg.model.adapter)
 
 

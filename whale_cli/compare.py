@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from whale_cli.common import ConfigOpt, SetOpt, check_model, console, fail, start_prefect_server
+from whale_cli.common import ConfigOpt, SetOpt, check_model, console, fail, resolve_config, start_prefect_server
 from whale_core.env import setup_offline_env
 
 
@@ -45,11 +45,10 @@ def compare_cmd(
     setup_offline_env()
     from pydantic import ValidationError
 
-    from whale_core.config import load_config
     from whale_core.science.compare import CompareSpec, parse_ints, parse_modes
 
-    cfg = load_config(config, list(set_ or []))
-    check_model(cfg)
+    cfg = resolve_config(config, set_)
+    check_model(cfg, "whale compare")
     matrix_cfg: dict[str, Any] = {"enabled": matrix}
     if matrix_n is not None:
         matrix_cfg["test_problems"] = matrix_n

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from whale_cli.common import ConfigOpt, SetOpt, console
+from whale_cli.common import ConfigOpt, SetOpt, console, refuse_adapter, resolve_config
 from whale_core.env import setup_offline_env
 
 
@@ -19,9 +19,7 @@ def deploy_cmd(
     """Serve `whale_run` as a Prefect deployment on a cron schedule (long-running; needs a Prefect server:
     `infra/local_servers.sh` or PREFECT_API_URL). Each scheduled run gets a fresh run id."""
     setup_offline_env()
-    from whale_core.config import load_config
-
-    load_config(config, set_ or [])  # validate now, not at 03:00
+    refuse_adapter(resolve_config(config, set_), "whale deploy")  # validate now, not at 03:00
     from flows.scheduled import scheduled_run
 
     console().print(f"serving deployment '{name}' with cron '{cron}' (Ctrl-C stops)")

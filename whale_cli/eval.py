@@ -8,35 +8,42 @@ from typing import Annotated
 import typer
 
 from whale_cli.common import (
-    DataOpt,
-    DeviceOpt,
-    HarnessOpt,
-    ModelOpt,
-    SeedOpt,
-    SuiteOpt,
+    AdapterFlag,
+    BatchSizeFlag,
+    ConfigOpt,
+    DataFlag,
+    DeviceFlag,
+    HarnessFlag,
+    ModelFlag,
+    SeedFlag,
+    SetOpt,
+    SuiteFlag,
     console,
     fail,
     load_harness,
     load_policy_with_status,
-    load_suite,
+    load_suite_from,
     progress_rollout,
+    resolve_config,
     run_dir,
 )
 from whale_core.env import setup_offline_env
 
 
 def eval_cmd(
-    model: ModelOpt = "tiny",
-    suite: SuiteOpt = "arith",
-    harness: HarnessOpt = None,
-    data: DataOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    model: ModelFlag = None,
+    suite: SuiteFlag = None,
+    harness: HarnessFlag = None,
+    data: DataFlag = None,
     split: Annotated[str, typer.Option(help="val | test | train")] = "val",
     n: Annotated[int | None, typer.Option("-n", min=1, help="evaluate the first N problems of the split")] = None,
-    adapter: Annotated[str | None, typer.Option(help="LoRA adapter / checkpoint dir")] = None,
-    batch_size: Annotated[int, typer.Option(min=1, help="generation batch size")] = 64,
+    adapter: AdapterFlag = None,
+    batch_size: BatchSizeFlag = None,
     out: Annotated[Path | None, typer.Option(help="traces JSONL path (default under $WHALE_HOME/runs/)")] = None,
-    seed: SeedOpt = 0,
-    device: DeviceOpt = "auto",
+    seed: SeedFlag = None,
+    device: DeviceFlag = None,
 ) -> None:
     """Score a (model, harness) pair on a suite split; print the score and write per-example traces (JSONL).
 
@@ -45,16 +52,28 @@ def eval_cmd(
     setup_offline_env()
     if split not in ("train", "val", "test"):
         fail(f"--split must be one of train, val, test (got {split!r})")
-    s = load_suite(suite, data, seed)
-    h = load_harness(harness, s)
+    cfg = resolve_config(
+        config,
+        set_,
+        model=model,
+        suite=suite,
+        harness=harness,
+        data=data,
+        adapter=adapter,
+        batch_size=batch_size,
+        seed=seed,
+        device=device,
+    )
+    s = load_suite_from(cfg.suite)
+    h = load_harness(cfg.harness, s)
     problems = list(s.problems(split))[:n]
-    policy = load_policy_with_status(model, device, adapter)
-    result = progress_rollout(policy, h, s, problems, batch_size=batch_size, seed=seed, split=split)
+    policy = load_policy_with_status(cfg.model.name, cfg.model.device, cfg.model.adapter)
+    result = progress_rollout(policy, h, s, problems, batch_size=cfg.rollout.batch_size, seed=cfg.seed, split=split)
     path = out or run_dir("eval") / "traces.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     result.write_jsonl(path)
     con = console()
-    con.print(f"harness [bold]{h.name}[/] ({h.sha[:12]}) on {suite}/{split}: n={result.n}")
+    con.print(f"harness [bold]{h.name}[/] ({h.sha[:12]}) on {cfg.suite.name}/{split}: n={result.n}")
     con.print(
         f"[bold green]score {result.score:.4f}[/]  ({result.completions} completions, "
         f"{result.prompt_tokens / max(result.n, 1):.1f} prompt tokens/problem, {result.seconds:.1f}s)"

@@ -7,7 +7,20 @@ from typing import Annotated, Any
 
 import typer
 
-from whale_cli.common import ConfigOpt, SetOpt, check_model, console, start_prefect_server
+from whale_cli.common import (
+    ConfigOpt,
+    DeviceFlag,
+    HarnessFlag,
+    ModeFlag,
+    ModelFlag,
+    SeedFlag,
+    SetOpt,
+    SuiteFlag,
+    check_model,
+    console,
+    resolve_config,
+    start_prefect_server,
+)
 from whale_core.env import setup_offline_env
 
 
@@ -33,9 +46,12 @@ def print_summary(summary: dict[str, Any]) -> None:
 def run_cmd(
     config: ConfigOpt = None,
     set_: SetOpt = None,
-    mode: Annotated[
-        str | None, typer.Option(help="whale-adaptive | whale-fixed | weights-only | harness-only | prompt-weights")
-    ] = None,
+    mode: ModeFlag = None,
+    model: ModelFlag = None,
+    suite: SuiteFlag = None,
+    harness: HarnessFlag = None,
+    seed: SeedFlag = None,
+    device: DeviceFlag = None,
     run_id: Annotated[str | None, typer.Option(help="run id (default: generated)")] = None,
 ) -> None:
     """Run WHALE end to end: alternate harness search and GRPO under one rollout budget, evaluate on test, report.
@@ -46,11 +62,8 @@ def run_cmd(
     """
     setup_offline_env()
     start_prefect_server()  # first: it boots while the config, the flows and the preload are imported
-    from whale_core.config import load_config
-
-    overrides = list(set_ or []) + ([f"mode={mode}"] if mode else [])
-    cfg = load_config(config, overrides)
-    check_model(cfg)
+    cfg = resolve_config(config, set_, mode=mode, model=model, suite=suite, harness=harness, seed=seed, device=device)
+    check_model(cfg, "whale run")
     from flows.whale_run import start_run
 
     console().print(

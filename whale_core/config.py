@@ -6,15 +6,23 @@ module composes them into `WhaleConfig` and turns pydantic's validation errors i
 name the key (``weights.learning_rate``), list the valid keys or values, and suggest the closest spelling.
 
 Overrides are ``dotted.key=value`` strings; the value is parsed as YAML (``weights.steps=200``,
-``schedule.kind=adaptive``, ``suite.sizes.val=100``, ``search.proposer=openai/gpt-4o-mini``).
+``schedule.start=weights``, ``suite.sizes.val=100``, ``search.proposer=openai/gpt-4o-mini``). `load_config` applies,
+lowest to highest: the models' defaults, a command's own defaults, the YAML file, the ``--set`` overrides, the
+command's alias flags (``--model X`` is ``model.name=X``; the table is ``whale_cli.common.ALIASES``).
+
+Every field carries a ``description``; `describe` walks the models (sections of other modules included) for
+``whale config --explain``. `flatten` is the one rule that turns a nested config into dotted keys.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+import json
+import types
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -27,7 +35,7 @@ from whale_core.legs.weights_config import WeightsConfig
 from whale_core.suites import SuiteConfig
 
 Mode = Literal["whale-adaptive", "whale-fixed", "weights-only", "harness-only", "prompt-weights"]
-MODES: tuple[str, ...] = ("whale-adaptive", "whale-fixed", "weights-only", "harness-only", "prompt-weights")
+MODES: tuple[str, ...] = get_args(Mode)
 
 
 class ConfigError(WhaleError, ValueError):
@@ -40,9 +48,17 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = "tiny"
-    adapter: str | None = None
-    device: str = "auto"
+    name: str = Field(
+        "tiny",
+        description="'tiny' (built in), an installed model's name (`whale models list`) or a local Hugging Face "
+        "model directory (with config.json); never downloaded",
+    )
+    adapter: str | None = Field(
+        None,
+        description="LoRA adapter directory applied on top of `name`; read by `whale eval` only (a run or `whale "
+        "train` starts from the base model and refuses it); null = none",
+    )
+    device: str = Field("auto", description="auto | cpu | cuda | cuda:N | mps; a device that is not present is refused")
 
 
 class RolloutConfig(BaseModel):
@@ -50,9 +66,11 @@ class RolloutConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    batch_size: int = Field(64, ge=1, le=4096)
-    val_problems: int = Field(200, ge=1, description="val problems per iteration evaluation")
-    test_problems: int = Field(500, ge=1, description="test problems in the final evaluation")
+    batch_size: int = Field(64, ge=1, le=4096, description="prompts per generate() call in every evaluation")
+    val_problems: int = Field(
+        200, ge=1, description="val problems (the split's first N) scored after each leg; `whale train -n`"
+    )
+    test_problems: int = Field(500, ge=1, description="test problems (the split's first N) in the final evaluation")
 
 
 class OrchestrationConfig(BaseModel):
@@ -69,9 +87,15 @@ class OrchestrationConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    task_runner: Literal["threads", "dask"] = "threads"
-    max_workers: int = Field(1, ge=1, le=256)
-    dask_address: str | None = None
+    task_runner: Literal["threads", "dask"] = Field(
+        "threads", description="threads: Prefect's thread pool | dask: prefect-dask (the `dask` extra)"
+    )
+    max_workers: int = Field(
+        1, ge=1, le=256, description="scoring tasks run at once (1: in the flow's thread, one after another)"
+    )
+    dask_address: str | None = Field(
+        None, description="an existing Dask scheduler, e.g. tcp://host:8786; null = a local cluster (dask only)"
+    )
 
     @property
     def inline(self) -> bool:
@@ -84,9 +108,13 @@ class TrackingConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    archive_url: str | None = None  # else $WHALE_DB_URL, else sqlite:///$WHALE_HOME/whale.db
-    mlflow_uri: str | None = None  # else $MLFLOW_TRACKING_URI, else sqlite:///$WHALE_HOME/mlflow.db
-    experiment: str = "whale"
+    archive_url: str | None = Field(
+        None, description="archive database URL (SQLAlchemy); null = $WHALE_DB_URL, else sqlite:///$WHALE_HOME/whale.db"
+    )
+    mlflow_uri: str | None = Field(
+        None, description="MLflow tracking URI; null = $MLFLOW_TRACKING_URI, else sqlite:///$WHALE_HOME/mlflow.db"
+    )
+    experiment: str = Field("whale", description="MLflow experiment the run's lineage is logged under")
 
 
 class WhaleConfig(BaseModel):
@@ -94,19 +122,33 @@ class WhaleConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Mode = "whale-fixed"
-    seed: int = 0
-    iterations: int = Field(4, ge=1, le=1000)
-    harness: str | None = None  # harness file; default: the suite's seed harness
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    suite: SuiteConfig = Field(default_factory=SuiteConfig)
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    weights: WeightsConfig = Field(default_factory=WeightsConfig)
-    search: SearchConfig = Field(default_factory=SearchConfig)
-    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
-    budget: BudgetConfig = Field(default_factory=BudgetConfig)
-    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
-    orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
+    mode: Mode = Field(
+        "whale-fixed",
+        description="whale-adaptive: switch legs on a plateau | whale-fixed: fixed-length phases | weights-only | "
+        "harness-only | prompt-weights: alternate, the harness leg edits only the instruction",
+    )
+    seed: int = Field(
+        0, description="run seed: sampling, few-shot demos, the proposer, training (the problems: suite.seed)"
+    )
+    iterations: int = Field(4, ge=1, le=1000, description="legs to run, one per iteration (the budget may end sooner)")
+    harness: str | None = Field(None, description="starting harness YAML file; null = the suite's seed harness")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="the policy and where it runs")
+    suite: SuiteConfig = Field(default_factory=SuiteConfig, description="the task suite and its splits")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="evaluation batch and subset sizes")
+    weights: WeightsConfig = Field(default_factory=WeightsConfig, description="the weights leg (GRPO + LoRA)")
+    search: SearchConfig = Field(default_factory=SearchConfig, description="the harness leg (propose, score, accept)")
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig, description="which leg runs next")
+    budget: BudgetConfig = Field(default_factory=BudgetConfig, description="the rollout budget, in completions")
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="where the run's records go")
+    orchestration: OrchestrationConfig = Field(
+        default_factory=OrchestrationConfig, description="how candidate scoring fans out"
+    )
+
+
+def _submodel(ann: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds (``X`` or ``X | None``), if any."""
+    candidates = [ann, *get_args(ann)]
+    return next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
 
 
 def _model_at(loc: Iterable[Any]) -> type[BaseModel] | None:
@@ -115,9 +157,7 @@ def _model_at(loc: Iterable[Any]) -> type[BaseModel] | None:
     for part in loc:
         if model is None or not isinstance(part, str) or part not in model.model_fields:
             return model
-        ann = model.model_fields[part].annotation
-        candidates = [ann, *getattr(ann, "__args__", ())]
-        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        model = _submodel(model.model_fields[part].annotation)
     return model
 
 
@@ -139,6 +179,15 @@ def _validate(data: Mapping[str, Any]) -> WhaleConfig:
     except ValidationError as exc:
         lines = [_format_error(e) for e in exc.errors()]
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+
+
+def _has_dotted(data: Mapping[str, Any], key: str) -> bool:
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
@@ -172,8 +221,17 @@ def parse_override(item: str) -> tuple[str, Any]:
     return key, value
 
 
-def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> WhaleConfig:
-    """Load a config: the file's YAML (if any), then each ``key=value`` override, then validation."""
+def load_config(
+    path: str | Path | None = None,
+    overrides: Iterable[str] = (),
+    *,
+    flags: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+) -> WhaleConfig:
+    """Load a config, then validate it. Precedence, highest first: ``flags`` (dotted key -> value, already typed: a
+    command's alias flags), each ``key=value`` of ``overrides`` (``--set``, later ones win), the YAML file at
+    ``path``, ``defaults`` (dotted key -> value: a command's own default for a key, e.g. ``whale train``'s 500 val
+    problems), the models' defaults."""
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -198,6 +256,11 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
     for item in overrides:
         key, value = parse_override(item)
         _set_dotted(data, key, value)
+    for key, value in (defaults or {}).items():
+        if not _has_dotted(data, key):
+            _set_dotted(data, key, value)
+    for key, value in (flags or {}).items():
+        _set_dotted(data, key, value)
     return _validate(data)
 
 
@@ -206,13 +269,83 @@ def config_to_yaml(cfg: WhaleConfig) -> str:
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
 
 
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` → ``{"a.b": 1}`` (for MLflow params)."""
+def flatten(
+    data: Mapping[Any, Any], prefix: str = "", *, leaf: Callable[[str, Any], bool] | None = None
+) -> dict[str, Any]:
+    """Nested mappings -> dotted keys: ``{"a": {"b": 1}, "c": [1]}`` -> ``{"a.b": 1, "c": [1]}``.
+
+    The one rule for MLflow params (``records.lineage.flatten_params`` converts and redacts the values), config
+    diffs (``science.compare.config_diff``) and harness diffs (``proposers.base.changed_fields``). Keys are
+    ``str(key)`` joined by ``.``, after ``prefix`` (prepended verbatim, e.g. ``"weights."``); lists and other
+    non-mapping values are leaves (kept whole); an empty mapping yields no key. ``leaf(key, value)``, asked for each
+    mapping value with its own (undotted) key, keeps that mapping whole as one leaf when true.
+    """
     out: dict[str, Any] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten(value, name + "."))
+        if isinstance(value, Mapping) and not (leaf is not None and leaf(str(key), value)):
+            out.update(flatten(value, name + ".", leaf=leaf))
         else:
             out[name] = value
     return out
+
+
+# ------------------------------------------------------------------------------------------- whale config --explain
+@dataclass(frozen=True)
+class FieldDoc:
+    """One config key for ``whale config --explain``: dotted key, type (with bounds), default, description.
+    ``section`` marks a field that holds a nested model (its keys follow it)."""
+
+    key: str
+    type: str
+    default: str
+    description: str
+    section: bool = False
+
+
+def _type_name(ann: Any) -> str:
+    origin, args = get_origin(ann), get_args(ann)
+    if origin is Literal:
+        return " | ".join(str(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if ann is type(None):
+        return "null"
+    if origin is not None:
+        name = getattr(origin, "__name__", str(origin))
+        return f"{name}[{', '.join(_type_name(a) for a in args)}]"
+    if isinstance(ann, type):
+        return ann.__name__
+    return str(ann).replace("typing.", "")
+
+
+_BOUNDS = (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+
+
+def _bounds(info: Any) -> str:
+    parts = [f"{sym} {getattr(m, attr)}" for m in info.metadata for attr, sym in _BOUNDS if hasattr(m, attr)]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def describe(model: type[BaseModel] = WhaleConfig, prefix: str = "") -> list[FieldDoc]:
+    """Every key of ``model``, depth first in declaration order: a section's own entry, then its keys. A section
+    without a ``description`` shows its class docstring's first line; a leaf without one shows ``""``."""
+    docs: list[FieldDoc] = []
+    for name, info in model.model_fields.items():
+        key = f"{prefix}{name}"
+        sub = _submodel(info.annotation)
+        default = info.get_default(call_default_factory=True)
+        if sub is not None:
+            doc = info.description or (sub.__doc__ or "").strip().split("\n")[0]
+            shown = "null" if default is None else "(section)"
+            docs.append(FieldDoc(key, _type_name(info.annotation), shown, doc, section=True))
+            docs.extend(describe(sub, key + "."))
+            continue
+        shown = json.dumps(default, default=str)
+        docs.append(FieldDoc(key, _type_name(info.annotation) + _bounds(info), shown, info.description or ""))
+    return docs
+
+
+def undescribed(model: type[BaseModel] = WhaleConfig) -> list[str]:
+    """Dotted keys of the leaf fields (not sections) that have no description."""
+    return [d.key for d in describe(model) if not d.section and not d.description.strip()]

@@ -40,9 +40,13 @@ class BudgetConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    total: int = Field(default=45_000, gt=0, description="completions for weights + harness legs together")
+    total: int = Field(
+        default=45_000,
+        gt=0,
+        description="completions the weights and harness legs may spend together (eval is counted apart)",
+    )
     harness_share_cap: float | None = Field(
-        default=None, description="max fraction of total the harness leg may spend; None = no cap"
+        default=None, description="largest share of total the harness leg may spend, in (0, 1]; null = no cap"
     )
 
     @field_validator("harness_share_cap")

@@ -16,32 +16,43 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Leg = Literal["weights", "harness"]
+from whale_core.legs.leg import LegKind
 
 
 class PhaseConfig(BaseModel):
+    """Phase lengths of the fixed schedule (``whale-fixed``, ``prompt-weights``)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    weights: int = Field(1, ge=1, le=100)
-    harness: int = Field(1, ge=1, le=100)
+    weights: int = Field(1, ge=1, le=100, description="weights legs per phase before switching (fixed schedule)")
+    harness: int = Field(1, ge=1, le=100, description="harness legs per phase before switching (fixed schedule)")
 
 
 class ScheduleConfig(BaseModel):
-    """Leg scheduling. ``kind`` is implied by the run mode for ``whale-adaptive``/``whale-fixed``."""
+    """Leg scheduling. The run mode picks the scheduler: ``whale-adaptive`` reads the adaptive keys, ``whale-fixed``
+    and ``prompt-weights`` the phase lengths; ``weights-only``/``harness-only`` read none."""
 
     model_config = ConfigDict(extra="forbid")
 
-    start: Leg = "harness"
-    phase: PhaseConfig = Field(default_factory=PhaseConfig)
-    patience: int = Field(2, ge=1, le=50, description="legs without smoothed improvement before a switch")
-    min_delta: float = Field(0.01, ge=0.0, le=1.0, description="improvement that counts (absolute score)")
-    smoothing: float = Field(0.5, gt=0.0, le=1.0, description="EMA weight of the newest value (1 = no smoothing)")
-    harness_patience: int = Field(1, ge=1, le=50, description="harness legs with no accepted candidate → switch")
-    max_phase: int = Field(6, ge=1, le=1000, description="longest phase in legs, whatever the metric does")
+    start: LegKind = Field("harness", description="the first leg of an alternating mode: weights | harness")
+    phase: PhaseConfig = Field(
+        default_factory=PhaseConfig, description="phase lengths of the fixed schedule (whale-fixed, prompt-weights)"
+    )
+    patience: int = Field(2, ge=1, le=50, description="adaptive: legs without smoothed val improvement before a switch")
+    min_delta: float = Field(
+        0.01, ge=0.0, le=1.0, description="adaptive: val-score improvement that counts (absolute, score in [0, 1])"
+    )
+    smoothing: float = Field(
+        0.5, gt=0.0, le=1.0, description="adaptive: EMA weight of the newest val score (1 = no smoothing)"
+    )
+    harness_patience: int = Field(
+        1, ge=1, le=50, description="adaptive: consecutive harness legs with no accepted candidate before a switch"
+    )
+    max_phase: int = Field(6, ge=1, le=1000, description="adaptive: longest phase in legs, whatever the metric does")
 
 
 @dataclass(frozen=True)
@@ -49,7 +60,7 @@ class LegOutcome:
     """One finished leg: which leg, the validation metric after it, and (harness legs) whether a candidate won."""
 
     iteration: int
-    leg: Leg
+    leg: LegKind
     metric: float
     accepted: bool | None = None
     metric_before: float | None = None
@@ -57,7 +68,7 @@ class LegOutcome:
 
 @dataclass(frozen=True)
 class Decision:
-    leg: Leg
+    leg: LegKind
     reason: str
     switched: bool
 
@@ -68,7 +79,7 @@ class Scheduler(Protocol):
     def next_leg(self, history: Sequence[LegOutcome]) -> Decision: ...
 
 
-def _other(leg: Leg) -> Leg:
+def _other(leg: LegKind) -> LegKind:
     return "harness" if leg == "weights" else "weights"
 
 
@@ -112,7 +123,7 @@ def plateaued(values: Sequence[float], *, patience: int, min_delta: float, alpha
 class SingleLegScheduler:
     """``weights-only`` / ``harness-only``: the same leg every time."""
 
-    def __init__(self, leg: Leg):
+    def __init__(self, leg: LegKind):
         self.leg = leg
 
     def next_leg(self, history: Sequence[LegOutcome]) -> Decision:

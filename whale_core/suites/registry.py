@@ -46,9 +46,9 @@ class SplitSizes(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    train: int = Field(default=3000, ge=1)
-    val: int = Field(default=300, ge=1)
-    test: int = Field(default=500, ge=1)
+    train: int = Field(default=3000, ge=1, description="train problems (GRPO prompts, few-shot demos)")
+    val: int = Field(default=300, ge=1, description="val problems (leg scores, candidate selection)")
+    test: int = Field(default=500, ge=1, description="test problems (final evaluation only)")
 
 
 DEFAULT_SIZES: dict[str, int] = SplitSizes().model_dump()
@@ -64,11 +64,15 @@ class SuiteConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = "arith"
-    seed: int = 0
-    sizes: SplitSizes | None = None
-    path: str | None = None
-    options: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field("arith", description="arith | sort | jsonl (built in) or a suite class: pkg.module:Class")
+    seed: int = Field(0, description="seed of the suite's problems (generated suites), apart from the run's seed")
+    sizes: SplitSizes | None = Field(
+        None, description="problems per split; null = the suite's default (3000/300/500; jsonl: the whole file)"
+    )
+    path: str | None = Field(None, description="the data file (jsonl suite only): a JSONL file of problems")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="suite-specific options, validated by the suite (e.g. arith: max_digits)"
+    )
 
 
 M = TypeVar("M", bound=BaseModel)
