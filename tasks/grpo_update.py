@@ -8,8 +8,6 @@ crash — finds the TRL checkpoints the interrupted attempt saved and continues 
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +16,8 @@ from prefect import task
 from tasks import fault
 from tasks.cache import content_cache_key
 from tasks.runtime import suite_of
-from whale_core.records.refs import HarnessRef, PolicyRef, checkpoint_from_dir
-
-
-@dataclass(frozen=True)
-class WeightsOutcome:
-    policy: PolicyRef
-    checkpoint: dict[str, Any]
-    completions: int
-    seconds: float
-    resumed_from_step: int | None
-    steps: list[dict[str, Any]] = field(default_factory=list)
+from whale_core.legs.weights_leg import WeightsOutcome
+from whale_core.records.refs import HarnessRef, PolicyRef
 
 
 @task(
@@ -51,28 +40,22 @@ def grpo_update(
     out_dir: str,
     population: list[HarnessRef] | None = None,
 ) -> WeightsOutcome:
-    from whale_core.legs.weights_leg import WeightsConfig, train_weights_leg
+    """`whale_core.legs.weights_leg.train_pair` with the iteration's GRPO seed (`whale_core.seeds.weights_leg_seed`);
+    ``generation`` is part of the cache key (and of ``out_dir``): a rerun's generation trains again."""
+    from whale_core.legs.weights_leg import WeightsConfig, train_pair
+    from whale_core.seeds import weights_leg_seed
 
-    cfg = WeightsConfig.model_validate({**weights, "seed": seed + 1000 * iteration})
-    parent = None if policy.is_base else checkpoint_from_dir(policy.adapter or policy.model)
-    trainable = base.load(trainable=True)
-    leg = train_weights_leg(
-        trainable,
-        harness.load(),
+    cfg = WeightsConfig.model_validate({**weights, "seed": weights_leg_seed(seed, iteration)})
+    out = train_pair(
+        base,
+        policy,
+        harness,
         suite_of(suite),
         cfg,
         out_dir=Path(out_dir),
         max_completions=max_completions,
-        parent_checkpoint=parent,
-        population=[m.load() for m in population or []],
+        population=population or [],
         callbacks=fault.trainer_callbacks(),
     )
     fault.point("grpo-update")
-    return WeightsOutcome(
-        policy=PolicyRef.of_checkpoint(base, leg.checkpoint),
-        checkpoint=dataclasses.asdict(leg.checkpoint),
-        completions=leg.completions,
-        seconds=leg.seconds,
-        resumed_from_step=leg.resumed_from_step,
-        steps=[dataclasses.asdict(s) for s in leg.steps],
-    )
+    return out

@@ -12,7 +12,7 @@ Contracts:
 - ``policy.model`` is trained in place (LoRA layers are injected into it, or its weights change) and left in eval
   mode; use the returned `Checkpoint` (``load_policy(base, adapter=ckpt.path)``) for a clean policy afterwards.
 - ``out_dir/trainer/`` holds TRL's ``save_steps`` checkpoints; calling again with the same ``out_dir`` after a crash
-  resumes from the last complete one (``LegResult.resumed_from_step``); after a finished leg it returns the stored
+  resumes from the last complete one (``TrainResult.resumed_from_step``); after a finished leg it returns the stored
   result. ``out_dir/checkpoint/`` is the leg's product (adapter or model, tokenizer, ``whale_checkpoint.json``).
 - Completions are counted in the reward function (each generated completion is scored exactly once) and the leg never
   runs a step that would take it past ``max_completions``.
@@ -31,7 +31,7 @@ only, through its fused LM head (no full-vocabulary logits over prompt positions
 recomputes activations. Measured on SmolLM2-135M in docs/weights-leg.md.
 
 Simplified: the difficulty filter probes a seeded sample of train problems with the base policy (its cost is counted
-in ``LegResult.completions``); the difficulty filter probes with the incumbent alone; the GPU-only vLLM options are
+in ``TrainResult.completions``); the difficulty filter probes with the incumbent alone; the GPU-only vLLM options are
 passed through to TRL untested here.
 """
 
@@ -45,14 +45,17 @@ import random
 import shutil
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from whale_core.legs.leg import LegKind, LegResult, LegStart
 from whale_core.legs.rewards import SimilarityReward, TaskScoreReward
 from whale_core.legs.weights_config import DifficultyFilter, WeightsConfig, completions_per_step, micro_batching
 from whale_core.records.checkpoints import CHECKPOINT_FILE, Checkpoint, save_checkpoint
+from whale_core.records.refs import HarnessRef, PolicyRef
+from whale_core.seeds import weights_leg_seed
 from whale_core.stops import end_token_ids
 from whale_core.suites.base import Problem
 
@@ -60,11 +63,15 @@ __all__ = [  # the records and config are defined next door and re-exported: the
     "CHECKPOINT_FILE",
     "Checkpoint",
     "DifficultyFilter",
-    "LegResult",
     "StepMetrics",
+    "Train",
+    "TrainResult",
     "WeightsConfig",
+    "WeightsLeg",
+    "WeightsOutcome",
     "completions_per_step",
-    "train_command",
+    "reward_stats",
+    "train_pair",
     "train_weights_leg",
 ]
 
@@ -98,7 +105,9 @@ class StepMetrics:
 
 
 @dataclass
-class LegResult:
+class TrainResult:
+    """What `train_weights_leg` did: its checkpoint, TRL's per-step metrics, the completions it spent."""
+
     checkpoint: Checkpoint
     steps: list[StepMetrics]
     completions: int  # GRPO completions + difficulty-filter probes
@@ -257,7 +266,7 @@ def train_weights_leg(
     progress: Callable[[StepMetrics], None] | None = None,
     callbacks: Sequence[Any] = (),
     population: Sequence[Any] = (),
-) -> LegResult:
+) -> TrainResult:
     """Run one GRPO leg of ``policy`` against the frozen ``harness`` on ``suite``'s train split (see module doc).
 
     ``population``: other harnesses that render a share of the train prompts (mitigation; duplicates of the incumbent
@@ -387,7 +396,7 @@ def train_weights_leg(
         ckpt = save_checkpoint(
             trained, tokenizer, final_dir, harness.sha, parent_checkpoint, adapter_base, policy, steps_done
         )
-    result = LegResult(
+    result = TrainResult(
         checkpoint=ckpt,
         steps=metrics,
         completions=filter_cost + prior + task.count,
@@ -442,59 +451,159 @@ def _filtered_problems(
     return kept, res.completions
 
 
-def _load_result(result_file: Path, final_dir: Path) -> LegResult:
+def _load_result(result_file: Path, final_dir: Path) -> TrainResult:
     data = json.loads(result_file.read_text())
     data["checkpoint"] = Checkpoint.load(final_dir)
     data["steps"] = [StepMetrics(**s) for s in data["steps"]]
     data["seconds"] = 0.0
-    return LegResult(**data)
+    return TrainResult(**data)
 
 
-def train_command(
-    model: str = "tiny",
-    suite: Any = "arith",
-    harness_path: str | Path | None = None,
-    steps: int | None = None,
-    seed: int = 0,
-    out_dir: str | Path | None = None,
+@dataclass(frozen=True)
+class WeightsOutcome:
+    """A training call's product, in records: the new policy, its checkpoint (`Checkpoint` as a dict), the
+    completions spent, the wall time, the TRL step it resumed from, and the per-step metrics (`StepMetrics` dicts).
+    What the flow's ``grpo-update`` task returns and persists."""
+
+    policy: PolicyRef
+    checkpoint: dict[str, Any]
+    completions: int
+    seconds: float
+    resumed_from_step: int | None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+
+def train_pair(
+    base: PolicyRef,
+    policy: PolicyRef,
+    harness: HarnessRef,
+    suite: Any,
+    cfg: WeightsConfig,
     *,
-    config: WeightsConfig | None = None,
-    val_problems: int | None = None,
-    device: str = "auto",
-    echo: Callable[[str], None] | None = print,
-) -> dict[str, Any]:
-    """``whale train``: greedy val score before, one weights leg, val score after; returns (and echoes) both.
+    out_dir: Path,
+    max_completions: int | None = None,
+    population: Sequence[HarnessRef] = (),
+    callbacks: Sequence[Any] = (),
+) -> WeightsOutcome:
+    """`train_weights_leg` from records: loads a trainable copy of ``base``, continues from ``policy``'s checkpoint
+    (none when ``policy`` is the base), trains against ``harness`` (and ``population``), and returns the records."""
+    from whale_core.records.refs import checkpoint_from_dir
 
-    ``suite``: a built-in name, a ``SuiteConfig`` or a suite object; ``harness_path``: a harness file (default: the
-    suite's seed harness); ``steps``/``seed`` override ``config``; ``val_problems``: the first n val problems (all by
-    default); ``out_dir``: default ``$WHALE_HOME/runs/train/<harness sha[:10]>-s<seed>``.
-    """
-    from whale_core.env import whale_home
-    from whale_core.harness import Harness
-    from whale_core.models import load_policy
-    from whale_core.rollout import rollout
-    from whale_core.suites import SuiteConfig, load_suite
-
-    say = echo or (lambda _: None)
-    s = load_suite(suite) if isinstance(suite, str | SuiteConfig) else suite
-    harness = Harness.from_file(harness_path) if harness_path else Harness.from_text(s.seed_harness)
-    updates: dict[str, Any] = {"seed": seed} | ({"steps": steps} if steps is not None else {})
-    cfg = WeightsConfig.model_validate({**(config or WeightsConfig()).model_dump(), **updates})
-    out = Path(out_dir) if out_dir else whale_home() / "runs" / "train" / f"{harness.sha[:10]}-s{seed}"
-    val = list(s.problems("val"))[: val_problems or None]
-    policy = load_policy(model, device=device)
-    before = rollout(policy, harness, s, val, batch_size=256, seed=seed).score
-    say(f"val before: {before:.4f} (n={len(val)}, harness {harness.name} {harness.sha[:10]})")
+    parent = None if policy.is_base else checkpoint_from_dir(policy.adapter or policy.model)
+    trainable = base.load(trainable=True)
     leg = train_weights_leg(
-        policy, harness, s, cfg, out_dir=out,
-        progress=lambda m: say(f"step {m.step}: reward {m.reward_mean:.3f}") if m.step % 50 == 0 else None,
-    )  # fmt: skip
-    ck = leg.checkpoint
-    trained = load_policy(ck.base_model, adapter=ck.path, device=device) if ck.is_lora else load_policy(ck.path)
-    after = rollout(trained, harness, s, val, batch_size=256, seed=seed).score
-    say(f"val after:  {after:.4f} ({after - before:+.4f}) in {leg.seconds:.0f} s, {leg.completions} completions")
-    return dict(
-        val_before=before, val_after=after, val_n=len(val), checkpoint=ck.path, checkpoint_id=ck.id,
-        harness_sha=harness.sha, steps=ck.step, completions=leg.completions, seconds=leg.seconds,
-        seconds_per_step=sum(m.seconds for m in leg.steps) / max(1, len(leg.steps)),
-    )  # fmt: skip
+        trainable,
+        harness.load(),
+        suite,
+        cfg,
+        out_dir=Path(out_dir),
+        max_completions=max_completions,
+        parent_checkpoint=parent,
+        population=[m.load() for m in population],
+        callbacks=callbacks,
+    )
+    return WeightsOutcome(
+        policy=PolicyRef.of_checkpoint(base, leg.checkpoint),
+        checkpoint=asdict(leg.checkpoint),
+        completions=leg.completions,
+        seconds=leg.seconds,
+        resumed_from_step=leg.resumed_from_step,
+        steps=[asdict(s) for s in leg.steps],
+    )
+
+
+class _Trained(Protocol):
+    """What a ``train`` callable of `WeightsLeg` returns (`WeightsOutcome` is one)."""
+
+    @property
+    def policy(self) -> PolicyRef: ...
+    @property
+    def checkpoint(self) -> Mapping[str, Any]: ...
+    @property
+    def completions(self) -> int: ...
+    @property
+    def steps(self) -> Sequence[Mapping[str, Any]]: ...
+
+
+Train = Callable[[PolicyRef, HarnessRef, int], _Trained]
+"""``train(policy, harness, max_completions)``: one GRPO leg from ``policy`` against ``harness``."""
+
+
+class _CheckpointRecorder(Protocol):
+    """The part of `whale_core.records.recorder.Recorder` the weights leg writes through."""
+
+    def checkpoint(
+        self,
+        checkpoint: Mapping[str, Any],
+        trained_against: HarnessRef,
+        score: float,
+        steps: Sequence[Mapping[str, Any]],
+    ) -> None: ...
+
+
+def reward_stats(steps: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """A leg's GRPO reward figures from its per-step metrics: steps run, the task-score reward of the first and last
+    step and its mean over the steps, and the mean share of groups with zero reward spread (no learning signal)."""
+    if not steps:
+        return {"steps": 0.0}
+    rewards = [float(s["reward_mean"]) for s in steps]
+    return {
+        "steps": float(len(steps)),
+        "reward_first": rewards[0],
+        "reward_last": rewards[-1],
+        "reward_mean": sum(rewards) / len(rewards),
+        "frac_zero_std_groups": sum(float(s["frac_zero_std_groups"]) for s in steps) / len(steps),
+    }
+
+
+class WeightsLeg:
+    """The weights leg as a `whale_core.legs.leg.Leg`: GRPO from the start policy against the start harness (kept).
+
+    ``base``: the untrained policy (LoRA checkpoints apply to it); ``suite``: a suite object (its train split);
+    ``cfg``: the ``weights:`` section, whose ``seed`` is the run's seed (the leg trains with
+    `whale_core.seeds.weights_leg_seed` of it and the iteration); ``out_dir``: this leg's directory (a second call
+    with the same one resumes or returns the finished leg, see `train_weights_leg`); ``population``: the mitigation's
+    extra harnesses; ``reserve``: completions of the weights budget kept back for the evaluation that follows (the
+    leg trains on at most ``budget.remaining("weights") - reserve``); ``recorder``: where the checkpoint is recorded
+    (with the harness it was trained against and the start's val score); ``train``: replaces the training call (the
+    flow passes its cached ``grpo-update`` task); by default `train_pair` runs here.
+
+    ``run`` returns ``LegResult(kind="weights", policy=<new>, harness=<start's>, completions, accepted=None,
+    metrics=reward_stats(...))``; with no budget left it returns the start pair and 0 completions.
+    """
+
+    kind: LegKind = "weights"
+
+    def __init__(
+        self,
+        base: PolicyRef,
+        suite: Any,
+        cfg: WeightsConfig,
+        out_dir: Path,
+        *,
+        population: Sequence[HarnessRef] = (),
+        reserve: int = 0,
+        recorder: _CheckpointRecorder | None = None,
+        train: Train | None = None,
+    ) -> None:
+        self.base, self.suite, self.cfg, self.out_dir = base, suite, cfg, Path(out_dir)
+        self.population, self.reserve, self.recorder, self.train = list(population), reserve, recorder, train
+
+    def run(self, start: LegStart) -> LegResult:
+        """One GRPO leg from ``start`` (see the class docstring); charges the completions to the weights budget."""
+        bud = start.budget
+        cap = bud.remaining("weights") - self.reserve
+        if cap <= 0:
+            return LegResult("weights", start.policy, start.harness, 0)
+        out = self.train(start.policy, start.harness, cap) if self.train else self._train_here(start, cap)
+        bud.charge("weights", min(out.completions, bud.remaining("weights")))
+        if self.recorder is not None:
+            self.recorder.checkpoint(out.checkpoint, start.harness, start.metric, out.steps)
+        return LegResult("weights", out.policy, start.harness, out.completions, metrics=reward_stats(out.steps))
+
+    def _train_here(self, start: LegStart, cap: int) -> WeightsOutcome:
+        cfg = self.cfg.model_copy(update={"seed": weights_leg_seed(self.cfg.seed, start.iteration)})
+        return train_pair(
+            self.base, start.policy, start.harness, self.suite, cfg,
+            out_dir=self.out_dir, max_completions=cap, population=self.population,
+        )  # fmt: skip
