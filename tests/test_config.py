@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, get_args
 
 import pytest
 
-from whale_core.config import ConfigError, config_to_yaml, load_config, parse_override
+from whale_core.config import (
+    MODES,
+    ConfigError,
+    Mode,
+    config_to_yaml,
+    describe,
+    flatten,
+    load_config,
+    parse_override,
+    undescribed,
+)
 
 
 def test_defaults_validate_and_round_trip(tmp_path: Path) -> None:
@@ -83,3 +96,88 @@ def test_override_from_non_utf8_argv_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="is not valid UTF-8 text") as info:
         load_config(None, [item])
     str(info.value).encode("utf-8")  # the message itself is printable
+
+
+# ------------------------------------------------------------------- one schema (issue #19 item 7): precedence, docs
+def test_precedence_flag_over_set_over_file_over_command_default(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  name: from-file\nrollout:\n  batch_size: 8\n")
+    defaults = {"rollout.val_problems": 500, "rollout.batch_size": 16, "model.name": "from-default"}
+    cfg = load_config(path, ["model.name=from-set"], flags={"model.name": "from-flag"}, defaults=defaults)
+    assert cfg.model.name == "from-flag"
+    cfg = load_config(path, ["model.name=from-set"], defaults=defaults)
+    assert cfg.model.name == "from-set" and cfg.rollout.batch_size == 8  # the file beats the command's default
+    assert cfg.rollout.val_problems == 500  # the command's default beats the schema's (200)
+    assert load_config(None, defaults=defaults).model.name == "from-default"
+    assert load_config().rollout.val_problems == 200
+    # a flag's value is set as it is, never re-read as YAML (a model named "yes" stays a string)
+    assert load_config(None, flags={"model.name": "yes"}).model.name == "yes"
+
+
+def test_a_flag_with_a_bad_value_names_its_key() -> None:
+    with pytest.raises(ConfigError, match=r"'rollout\.batch_size'"):
+        load_config(None, flags={"rollout.batch_size": 0})
+
+
+def test_modes_are_the_mode_type() -> None:
+    assert get_args(Mode) == MODES and "whale-adaptive" in MODES and "prompt-weights" in MODES
+
+
+def test_every_leaf_field_has_a_description() -> None:
+    """Every key `whale config --explain` prints has a description; the message lists the ones still missing."""
+    missing = undescribed()
+    assert not missing, f"{len(missing)} config fields have no description: {', '.join(missing)}"
+
+
+def test_describe_walks_every_section_with_types_bounds_and_defaults() -> None:
+    docs = {d.key: d for d in describe()}
+    assert docs["rollout.batch_size"].type == "int (>= 1, <= 4096)" and docs["rollout.batch_size"].default == "64"
+    assert docs["model.name"].default == '"tiny"' and docs["harness"].type == "str | null"
+    assert docs["mode"].type == " | ".join(MODES)
+    assert docs["suite.sizes"].section and docs["suite.sizes.val"].default == "300"  # inside an optional section
+    assert docs["schedule.phase.weights"].description and docs["budget.harness_share_cap"].default == "null"
+    for section in ("model", "suite", "rollout", "weights", "search", "schedule", "budget", "tracking"):
+        assert docs[section].section and docs[section].description
+    # every key it lists is one a config file accepts: the flattened full config has exactly the leaf keys
+    leaves = {k for k, d in docs.items() if not d.section or d.default == "null"}
+    flat = set(flatten(load_config().model_dump(mode="json")))
+    assert flat <= leaves, flat - leaves
+
+
+def test_flatten_is_the_one_rule() -> None:
+    data = {"a": {"b": 1, "c": {"d": [1, 2]}}, "e": {}, "f": None, "token": {"x": 1}}
+    assert flatten(data) == {"a.b": 1, "a.c.d": [1, 2], "f": None, "token.x": 1}
+    assert flatten({"b": 1}, "a.") == {"a.b": 1}
+    kept = flatten(data, leaf=lambda key, value: not value or key == "token")
+    assert kept == {"a.b": 1, "a.c.d": [1, 2], "e": {}, "f": None, "token": {"x": 1}}
+
+
+def test_flatten_replaces_the_lineage_and_proposer_copies() -> None:
+    """The replacements proposed for `records.lineage.flatten_params` and `proposers.base._flatten` (both built on
+    `flatten`) give what those functions give today, secrets, empty sections and prefixes included."""
+    from whale_core.proposers import base
+    from whale_core.records import lineage
+
+    def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+        flat = flatten(config, prefix, leaf=lambda key, value: not value or lineage.is_secret_key(key))
+        return {lineage._clean_key(k): _param_text(k[len(prefix) :], v) for k, v in flat.items()}
+
+    def _param_text(key: str, value: Any) -> str:
+        if lineage.is_secret_key(key):
+            return lineage.REDACTED
+        if isinstance(value, str):
+            return lineage.redact_value(value)[: lineage._PARAM_MAX]
+        if value is None or isinstance(value, bool | int | float):
+            return str(value)[: lineage._PARAM_MAX]
+        return lineage.redact_value(json.dumps(value, sort_keys=True, default=str))[: lineage._PARAM_MAX]
+
+    full = load_config(None, ["tracking.archive_url=postgresql://u:pw@h/db", "search.api_key_env=MY_KEY"])
+    samples: list[dict[str, Any]] = [
+        full.model_dump(mode="json"),
+        {"search": {"api_key": {"nested": "x"}, "apiToken": "t", "empty": {}, "l": [1, {"a": 2}]}, "x y!": 1},
+        {"a": {"b": {"c": "x" * 7000}}, "n": None, "f": 1.5, "t": True},
+    ]
+    for data in samples:
+        for prefix in ("", "p."):
+            assert flatten_params(data, prefix) == lineage.flatten_params(data, prefix)
+        assert flatten(data) == base._flatten(data)

@@ -37,7 +37,7 @@ def train_cmd(
     harness: HarnessFlag = None,
     data: DataFlag = None,
     steps: StepsFlag = None,
-    n: ValProblemsFlag = None,
+    val_problems: ValProblemsFlag = None,
     seed: SeedFlag = None,
     device: DeviceFlag = None,
 ) -> None:
@@ -58,7 +58,7 @@ def train_cmd(
         harness=harness,
         data=data,
         steps=steps,
-        val_problems=n,
+        val_problems=val_problems,
         seed=seed,
         device=device,
     )
