@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from whale_core.harness import AnswerParseError, Harness
 from whale_core.harness import chat as _chat
+from whale_core.seeds import batch_seed
 from whale_core.stops import end_token_ids, finish, multi_token_stops
 from whale_core.suites.base import Problem, Suite
 
@@ -126,39 +127,22 @@ def _safe_score(suite: Suite, answer: str | None, problem: Problem) -> tuple[flo
     return min(1.0, max(0.0, value)), None
 
 
-def rollout(
-    policy: Policy,
-    harness: Harness,
-    suite: Suite,
-    problems: Sequence[Problem],
-    *,
-    demo_pool: Sequence[Problem] | None = None,
-    batch_size: int = 64,
-    seed: int = 0,
-    split: str = "val",
-    progress: Progress | None = None,
-) -> RolloutResult:
-    """Roll ``harness`` out with ``policy`` on ``problems`` and score with ``suite`` (see the module docstring).
+@dataclass
+class _Prompts:
+    """The rendered prompts of a rollout, their token ids (None where the problem already failed) and the errors."""
 
-    ``batch_size`` counts generated rows (problems x samples) per ``generate`` call. ``demo_pool`` defaults to
-    ``suite.problems("train")``. ``progress(done, total)`` is called after each batch, in completions.
-    """
-    import torch
-    from transformers import GenerationConfig
+    texts: list[str]
+    ids: list[list[int] | None]
+    errors: list[str | None]
 
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
-    t0 = time.perf_counter()
-    spec = harness.spec
-    tok, model = policy.tokenizer, policy.model
-    greedy = spec.decoding.temperature == 0.0
-    samples = spec.inference.samples
-    gen_per_problem = 1 if greedy else samples
-    pool: Sequence[Problem] = ()
-    if spec.fewshot.k > 0:
-        pool = demo_pool if demo_pool is not None else suite.problems("train")
-    max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
 
+def _prompts(
+    policy: Policy, harness: Harness, problems: Sequence[Problem], pool: Sequence[Problem], seed: int
+) -> _Prompts:
+    """Render every problem (demos drawn from ``pool``) and tokenize it; a render failure, an empty prompt or one too
+    long for the model's window is that problem's error."""
+    spec, tok = harness.spec, policy.tokenizer
+    max_pos = getattr(getattr(policy.model, "config", None), "max_position_embeddings", None)
     n = len(problems)
     prompts: list[str] = [""] * n
     prompt_ids: list[list[int] | None] = [None] * n
@@ -179,10 +163,28 @@ def rollout(
                 errors[i] = "render: empty prompt"
             else:
                 prompt_ids[i] = list(ids)
+    return _Prompts(prompts, prompt_ids, errors)
 
-    # Rows: (problem index, sample index); longest prompts first so each batch pads little.
-    rows = [(i, j) for i in range(n) if prompt_ids[i] is not None for j in range(gen_per_problem)]
-    rows.sort(key=lambda r: -len(prompt_ids[r[0]] or ()))
+
+Row = tuple[int, int]  # (problem index, sample index)
+
+
+def _generate(
+    policy: Policy,
+    harness: Harness,
+    prompt_ids: Sequence[list[int] | None],
+    rows: Sequence[Row],
+    batch_size: int,
+    seed: int,
+    progress: Progress | None,
+) -> tuple[dict[Row, str], dict[Row, int]]:
+    """Generate one completion per row, ``batch_size`` rows per ``generate`` call (left-padded; sampled batches
+    seeded by `whale_core.seeds.batch_seed`), each ended by the stop rule: its text and token count per row."""
+    import torch
+    from transformers import GenerationConfig
+
+    spec, tok, model = harness.spec, policy.tokenizer, policy.model
+    greedy = spec.decoding.temperature == 0.0
     stops = list(spec.decoding.stop)
     eos_ids = end_token_ids(tok, model, [stops])  # the stop rule training shares (whale_core.stops)
     multi_stops = multi_token_stops(tok, stops)
@@ -197,8 +199,8 @@ def rollout(
         eos_token_id=eos_ids or None,
         stop_strings=multi_stops or None,
     )
-    texts: dict[tuple[int, int], str] = {}
-    ntoks: dict[tuple[int, int], int] = {}
+    texts: dict[Row, str] = {}
+    ntoks: dict[Row, int] = {}
     total_rows = len(rows)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     fork_devices = [policy.device] if policy.device.type == "cuda" else []
@@ -213,7 +215,7 @@ def rollout(
                 input_ids[r, width - len(s) :] = torch.tensor(s, dtype=torch.long)
                 mask[r, width - len(s) :] = 1
             if not greedy:
-                torch.manual_seed(seed * 1_000_003 + b)
+                torch.manual_seed(batch_seed(seed, b))
             extra = {"tokenizer": tok} if multi_stops else {}
             out = model.generate(
                 input_ids=input_ids.to(policy.device),
@@ -226,50 +228,94 @@ def rollout(
                 texts[row], ntoks[row] = finish(tok, new[r], eos_ids, stops)
             if progress is not None:
                 progress(min(start + batch_size, total_rows), total_rows)
+    return texts, ntoks
+
+
+def _trace(
+    harness: Harness, suite: Suite, p: Problem, prompt: str, completions: list[str], prompt_tokens: int, ctoks: int
+) -> Trace:
+    """One problem's trace: parse each completion, aggregate, score the answer and each sample (failures are the
+    trace's error, never raised)."""
+    parsed: list[str | None] = []
+    first_error: str | None = None
+    for c in completions:
+        try:
+            parsed.append(harness.parse_answer(c))
+        except AnswerParseError as exc:
+            parsed.append(None)
+            first_error = first_error or f"parse: {exc}"
+        except Exception as exc:  # a harness parse step misbehaving is still this example's failure
+            parsed.append(None)
+            first_error = first_error or f"parse: {type(exc).__name__}: {exc}"
+    answer = aggregate(parsed, harness.spec.inference.aggregate)
+    sample_scores: list[float] = []
+    score_error: str | None = None
+    for a in parsed:
+        sc, err = _safe_score(suite, a, p) if a is not None else (0.0, None)
+        sample_scores.append(sc)
+        score_error = score_error or err
+    score, err = _safe_score(suite, answer, p)
+    error = err or score_error or (first_error if answer is None else None)
+    return Trace(
+        p.id,
+        prompt,
+        completions,
+        parsed,
+        answer,
+        p.answer,
+        0.0 if err else score,
+        sample_scores,
+        error,
+        prompt_tokens,
+        ctoks,
+    )
+
+
+def rollout(
+    policy: Policy,
+    harness: Harness,
+    suite: Suite,
+    problems: Sequence[Problem],
+    *,
+    demo_pool: Sequence[Problem] | None = None,
+    batch_size: int = 64,
+    seed: int = 0,
+    split: str = "val",
+    progress: Progress | None = None,
+) -> RolloutResult:
+    """Roll ``harness`` out with ``policy`` on ``problems`` and score with ``suite`` (see the module docstring).
+
+    ``batch_size`` counts generated rows (problems x samples) per ``generate`` call. ``demo_pool`` defaults to
+    ``suite.problems("train")``. ``progress(done, total)`` is called after each batch, in completions.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
+    t0 = time.perf_counter()
+    spec = harness.spec
+    greedy = spec.decoding.temperature == 0.0
+    samples = spec.inference.samples
+    gen_per_problem = 1 if greedy else samples
+    pool: Sequence[Problem] = ()
+    if spec.fewshot.k > 0:
+        pool = demo_pool if demo_pool is not None else suite.problems("train")
+    enc = _prompts(policy, harness, problems, pool, seed)
+    prompt_ids = enc.ids
+
+    # Rows: (problem index, sample index); longest prompts first so each batch pads little.
+    n = len(problems)
+    rows = [(i, j) for i in range(n) if prompt_ids[i] is not None for j in range(gen_per_problem)]
+    rows.sort(key=lambda r: -len(prompt_ids[r[0]] or ()))
+    texts, ntoks = _generate(policy, harness, prompt_ids, rows, batch_size, seed, progress)
 
     traces: list[Trace] = []
     for i, p in enumerate(problems):
-        if errors[i] is not None:
-            traces.append(Trace(p.id, prompts[i], [], [], None, p.answer, 0.0, [], errors[i], 0, 0))
+        if enc.errors[i] is not None:
+            traces.append(Trace(p.id, enc.texts[i], [], [], None, p.answer, 0.0, [], enc.errors[i], 0, 0))
             continue
         gen = [texts[(i, j)] for j in range(gen_per_problem)]
         completions = gen * samples if greedy else gen
-        parsed: list[str | None] = []
-        first_error: str | None = None
-        for c in completions:
-            try:
-                parsed.append(harness.parse_answer(c))
-            except AnswerParseError as exc:
-                parsed.append(None)
-                first_error = first_error or f"parse: {exc}"
-            except Exception as exc:  # a harness parse step misbehaving is still this example's failure
-                parsed.append(None)
-                first_error = first_error or f"parse: {type(exc).__name__}: {exc}"
-        answer = aggregate(parsed, spec.inference.aggregate)
-        sample_scores: list[float] = []
-        score_error: str | None = None
-        for a in parsed:
-            sc, err = _safe_score(suite, a, p) if a is not None else (0.0, None)
-            sample_scores.append(sc)
-            score_error = score_error or err
-        score, err = _safe_score(suite, answer, p)
-        error = err or score_error or (first_error if answer is None else None)
         ctoks = sum(ntoks[(i, j)] for j in range(gen_per_problem))
-        traces.append(
-            Trace(
-                p.id,
-                prompts[i],
-                completions,
-                parsed,
-                answer,
-                p.answer,
-                0.0 if err else score,
-                sample_scores,
-                error,
-                len(prompt_ids[i] or ()),
-                ctoks,
-            )
-        )
+        traces.append(_trace(harness, suite, p, enc.texts[i], completions, len(prompt_ids[i] or ()), ctoks))
     return RolloutResult(
         harness_sha=harness.sha,
         policy_id=policy.policy_id,
@@ -277,7 +323,7 @@ def rollout(
         traces=traces,
         score=sum(t.score for t in traces) / n if n else 0.0,
         n=n,
-        completions=total_rows,
+        completions=len(rows),
         prompt_tokens=sum(t.prompt_tokens for t in traces),
         completion_tokens=sum(t.completion_tokens for t in traces),
         seconds=time.perf_counter() - t0,
