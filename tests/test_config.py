@@ -12,6 +12,7 @@ import pytest
 from whale_core.config import (
     MODES,
     ConfigError,
+    Follows,
     Mode,
     config_to_yaml,
     describe,
@@ -181,3 +182,19 @@ def test_flatten_replaces_the_lineage_and_proposer_copies() -> None:
         for prefix in ("", "p."):
             assert flatten_params(data, prefix) == lineage.flatten_params(data, prefix)
         assert flatten(data) == base._flatten(data)
+
+
+def test_a_follows_default_copies_the_resolved_key_unless_set(tmp_path: Path) -> None:
+    """`whale eval`/`whale train`: the suite's problems follow the run seed (as before the one schema) unless set."""
+    follow = {"suite.seed": Follows("seed")}
+    assert load_config(None, flags={"seed": 3}, defaults=follow).suite.seed == 3
+    assert load_config(None, ["seed=4"], defaults=follow).suite.seed == 4  # --set seed=4 is --seed 4
+    assert load_config(None, ["suite.seed=1"], flags={"seed": 3}, defaults=follow).suite.seed == 1
+    path = tmp_path / "c.yaml"
+    path.write_text("seed: 5\nsuite: {name: sort, seed: 0}\n")
+    assert load_config(path, defaults=follow).suite.seed == 0  # the file set it
+    assert load_config(None).suite.seed == 0 and load_config(None, ["seed=2"]).suite.seed == 0  # a run: apart
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("suite: arith\n")  # a default never papers over a section that is not a mapping
+    with pytest.raises(ConfigError, match="'suite'"):
+        load_config(bad, defaults={**follow, "suite.path": "x"})

@@ -82,7 +82,11 @@ ALIASES: dict[str, Alias] = {
     "suite": Alias("suite.name", ("--suite", "-s"), "arith | sort | jsonl | pkg.module:Class; default: arith"),
     "data": Alias("suite.path", ("--data",), "JSONL file for --suite jsonl; default: null"),
     "harness": Alias("harness", ("--harness",), "harness YAML file; default: null (the suite's seed harness)"),
-    "seed": Alias("seed", ("--seed",), "run seed: sampling, demos, training (the problems: suite.seed); default: 0"),
+    "seed": Alias(
+        "seed",
+        ("--seed",),
+        "run seed: sampling, demos, training (and in eval/train the problems, unless suite.seed is set); default: 0",
+    ),
     "device": Alias(
         "model.device", ("--device",), "auto | cpu | cuda | cuda:N | mps (refused if not present); default: auto"
     ),
@@ -151,7 +155,7 @@ def resolve_config(
 ) -> Any:
     """The command's `WhaleConfig`. ``flags``: alias flags by their `ALIASES` name (None = not given). Precedence,
     highest first: flags > ``--set`` (in order) > the ``--config`` file > ``defaults`` (the command's own default
-    for a key, dotted key -> value) > the schema's defaults."""
+    for a key, dotted key -> value; a `whale_core.config.Follows` copies another key) > the schema's defaults."""
     from whale_core.config import load_config
 
     given = {ALIASES[name].key: str(v) if isinstance(v, Path) else v for name, v in flags.items() if v is not None}

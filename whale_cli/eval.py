@@ -47,14 +47,18 @@ def eval_cmd(
 ) -> None:
     """Score a (model, harness) pair on a suite split; print the score and write per-example traces (JSONL).
 
+    The suite's problems follow `--seed` unless `suite.seed` is set.
     Example: `whale eval --model tiny --suite arith --harness my.yaml -n 500`
     """
     setup_offline_env()
     if split not in ("train", "val", "test"):
         fail(f"--split must be one of train, val, test (got {split!r})")
+    from whale_core.config import Follows
+
     cfg = resolve_config(
         config,
         set_,
+        defaults={"suite.seed": Follows("seed")},
         model=model,
         suite=suite,
         harness=harness,

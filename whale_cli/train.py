@@ -43,16 +43,18 @@ def train_cmd(
 ) -> None:
     """Run one weights leg (GRPO on prompts the harness renders) and report the val score before and after.
 
-    The `weights:` section sets GRPO; `-n` (rollout.val_problems) defaults to 500 here.
+    The `weights:` section sets GRPO; `-n` (rollout.val_problems) defaults to 500 here; the suite's problems follow
+    `--seed` unless `suite.seed` is set.
     Example: `whale train --model tiny --suite arith --harness reversed.yaml --steps 300`
     """
     setup_offline_env()
+    from whale_core.config import Follows
     from whale_core.legs.weights_leg import train_weights_leg
 
     cfg = resolve_config(
         config,
         set_,
-        defaults={"rollout.val_problems": TRAIN_VAL_PROBLEMS},
+        defaults={"rollout.val_problems": TRAIN_VAL_PROBLEMS, "suite.seed": Follows("seed")},
         model=model,
         suite=suite,
         harness=harness,

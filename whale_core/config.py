@@ -17,6 +17,7 @@ Every field carries a ``description``; `describe` walks the models (sections of 
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import types
 from collections.abc import Callable, Iterable, Mapping
@@ -221,6 +222,27 @@ def parse_override(item: str) -> tuple[str, Any]:
     return key, value
 
 
+@dataclass(frozen=True)
+class Follows:
+    """A command default (`load_config`'s ``defaults``) that copies another key's resolved value: in ``whale eval``
+    and ``whale train`` the suite's problems follow the run seed (``suite.seed`` follows ``seed``) unless set."""
+
+    key: str
+
+
+def _fill_default(data: dict[str, Any], key: str, value: Any) -> bool:
+    """Set ``key`` to ``value`` where nothing set it (a parent that is not a mapping is left to validation)."""
+    node: Any = data
+    for part in key.split(".")[:-1]:
+        node = node.get(part, {})
+        if not isinstance(node, Mapping):
+            return False
+    if isinstance(node, Mapping) and key.split(".")[-1] in node:
+        return False
+    _set_dotted(data, key, value)
+    return True
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: Iterable[str] = (),
@@ -231,7 +253,7 @@ def load_config(
     """Load a config, then validate it. Precedence, highest first: ``flags`` (dotted key -> value, already typed: a
     command's alias flags), each ``key=value`` of ``overrides`` (``--set``, later ones win), the YAML file at
     ``path``, ``defaults`` (dotted key -> value: a command's own default for a key, e.g. ``whale train``'s 500 val
-    problems), the models' defaults."""
+    problems, or a `Follows`), the models' defaults."""
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -256,12 +278,18 @@ def load_config(
     for item in overrides:
         key, value = parse_override(item)
         _set_dotted(data, key, value)
-    for key, value in (defaults or {}).items():
-        if not _has_dotted(data, key):
-            _set_dotted(data, key, value)
     for key, value in (flags or {}).items():
         _set_dotted(data, key, value)
-    return _validate(data)
+    follows = {k: v for k, v in (defaults or {}).items() if isinstance(v, Follows)}
+    for key, value in (defaults or {}).items():
+        if key not in follows:
+            _fill_default(data, key, value)
+    cfg = _validate(data)
+    if follows:
+        for key, ref in follows.items():
+            _fill_default(data, key, functools.reduce(getattr, ref.key.split("."), cfg))
+        cfg = _validate(data)
+    return cfg
 
 
 def config_to_yaml(cfg: WhaleConfig) -> str:

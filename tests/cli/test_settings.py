@@ -169,3 +169,26 @@ def test_eval_reads_the_config_file_and_flags_override_it(home: Path, tmp_path: 
     assert "on sort/val: n=2" in res.output
     res = runner.invoke(app, ["eval", "-c", str(cfg), "--set", "suite.name=sort", "--suite", "arith", "-n", "3"])
     assert res.exit_code == 0 and "on arith/val: n=3" in res.output, res.output
+
+
+def _problem_ids(traces: Path) -> list[str]:
+    return [json.loads(line)["problem_id"] for line in traces.read_text().splitlines()]
+
+
+def test_eval_seed_still_draws_the_problems_unless_suite_seed_is_set(home: Path, tmp_path: Path) -> None:
+    """`--seed` is the key `seed`; in eval the suite's problems follow it (as before) unless `suite.seed` is set."""
+    from whale_core.suites import SuiteConfig, load_suite
+
+    def ids(seed: int) -> list[str]:
+        return [p.id for p in load_suite(SuiteConfig(name="arith", seed=seed)).problems("val")][:2]
+
+    assert ids(3) != ids(0)
+    for args, suite_seed in (
+        (["--seed", "3"], 3),
+        (["--set", "seed=3"], 3),
+        (["--seed", "3", "--set", "suite.seed=0"], 0),
+    ):
+        out = tmp_path / f"{'-'.join(args)}.jsonl"
+        res = runner.invoke(app, ["eval", *args, "-n", "2", "--device", "cpu", "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        assert _problem_ids(out) == ids(suite_seed), args
