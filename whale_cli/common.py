@@ -93,7 +93,11 @@ ALIASES: dict[str, Alias] = {
     "adapter": Alias("model.adapter", ("--adapter",), "LoRA adapter / checkpoint dir; default: null"),
     "batch_size": Alias("rollout.batch_size", ("--batch-size",), "generation batch size; default: 64"),
     "steps": Alias("weights.steps", ("--steps",), "GRPO steps; default: 300"),
-    "val_problems": Alias("rollout.val_problems", ("-n",), "val problems for the before/after score; default: 200"),
+    "val_problems": Alias(
+        "rollout.val_problems",
+        ("-n",),
+        "val problems scored (train: before and after); default: 200 (whale train: 500)",
+    ),
     "mode": Alias(
         "mode",
         ("--mode",),
