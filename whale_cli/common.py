@@ -25,7 +25,9 @@ __all__ = [
     "PRECEDENCE",
     "AdapterFlag",
     "Alias",
+    "ApiBaseFlag",
     "BatchSizeFlag",
+    "CandidatesFlag",
     "ConfigOpt",
     "DataFlag",
     "DataOpt",
@@ -36,6 +38,7 @@ __all__ = [
     "ModeFlag",
     "ModelFlag",
     "ModelOpt",
+    "ProposerFlag",
     "SeedFlag",
     "SeedOpt",
     "SetOpt",
@@ -136,6 +139,9 @@ BatchSizeFlag = Annotated[int | None, alias_option("batch_size", min=1)]
 StepsFlag = Annotated[int | None, alias_option("steps", min=1)]
 ValProblemsFlag = Annotated[int | None, alias_option("val_problems", min=1)]
 ModeFlag = Annotated[str | None, alias_option("mode")]
+ProposerFlag = Annotated[str | None, alias_option("proposer")]
+ApiBaseFlag = Annotated[str | None, alias_option("api_base")]
+CandidatesFlag = Annotated[int | None, alias_option("candidates", min=1, max=64)]
 ConfigOpt = Annotated[
     Path | None,
     typer.Option("--config", "-c", help="YAML config file (`whale config` prints one, `--explain` every key)"),

@@ -76,10 +76,23 @@ ALIAS_VALUES = {
     "steps": "7",
     "val_problems": "9",
     "mode": "weights-only",
+    "proposer": "p",
+    "api_base": "http://b",
+    "candidates": "4",
 }
+# the commands that resolve a config and offer alias flags (`whale search` joins once it takes --config)
+RESOLVING = [
+    name
+    for name in typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    if "config" in _options(name) and set(_options(name)) & set(common.ALIASES)
+]
 
 
-@pytest.mark.parametrize("name", ["eval", "train", "run"])
+def test_the_resolving_commands_are_known() -> None:
+    assert {"eval", "train", "run"} <= set(RESOLVING)
+
+
+@pytest.mark.parametrize("name", RESOLVING)
 def test_every_alias_flag_reaches_resolve_config(name: str, monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
     """Each alias flag a command offers is handed to `resolve_config` under its table name (none forgotten)."""
     import importlib
