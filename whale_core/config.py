@@ -11,7 +11,8 @@ lowest to highest: the models' defaults, a command's own defaults, the YAML file
 command's alias flags (``--model X`` is ``model.name=X``; the table is ``whale_cli.common.ALIASES``).
 
 Every field carries a ``description``; `describe` walks the models (sections of other modules included) for
-``whale config --explain``. `flatten` is the one rule that turns a nested config into dotted keys.
+``whale config --explain``. `flatten` (from `whale_core.dotted`, re-exported here) turns a nested config into
+dotted keys.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import difflib
 import functools
 import json
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
@@ -28,6 +29,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from whale_core.dotted import flatten as flatten  # re-exported: the rule for a config's dotted keys
 from whale_core.errors import WhaleError
 from whale_core.legs.budget import BudgetConfig
 from whale_core.legs.harness_leg import SearchConfig
@@ -182,15 +184,6 @@ def _validate(data: Mapping[str, Any]) -> WhaleConfig:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
 
 
-def _has_dotted(data: Mapping[str, Any], key: str) -> bool:
-    node: Any = data
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return False
-        node = node[part]
-    return True
-
-
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     parts = key.split(".")
     node = data
@@ -295,27 +288,6 @@ def load_config(
 def config_to_yaml(cfg: WhaleConfig) -> str:
     """The full config (defaults filled in) as YAML — what ``whale config`` prints and runs store."""
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
-
-
-def flatten(
-    data: Mapping[Any, Any], prefix: str = "", *, leaf: Callable[[str, Any], bool] | None = None
-) -> dict[str, Any]:
-    """Nested mappings -> dotted keys: ``{"a": {"b": 1}, "c": [1]}`` -> ``{"a.b": 1, "c": [1]}``.
-
-    The one rule for MLflow params (``records.lineage.flatten_params`` converts and redacts the values), config
-    diffs (``science.compare.config_diff``) and harness diffs (``proposers.base.changed_fields``). Keys are
-    ``str(key)`` joined by ``.``, after ``prefix`` (prepended verbatim, e.g. ``"weights."``); lists and other
-    non-mapping values are leaves (kept whole); an empty mapping yields no key. ``leaf(key, value)``, asked for each
-    mapping value with its own (undotted) key, keeps that mapping whole as one leaf when true.
-    """
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and not (leaf is not None and leaf(str(key), value)):
-            out.update(flatten(value, name + ".", leaf=leaf))
-        else:
-            out[name] = value
-    return out
 
 
 # ------------------------------------------------------------------------------------------- whale config --explain
