@@ -28,7 +28,6 @@ stable across processes and Python hash seeds.
 from __future__ import annotations
 
 import functools
-import random
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -38,6 +37,7 @@ import jinja2.meta
 from jinja2 import StrictUndefined, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from whale_core import seeds
 from whale_core.harness import bounds
 from whale_core.harness.bounds import MAX_RENDER_CHARS, BoundedSandbox, LimitExceeded, OutputTooLarge
 from whale_core.harness.errors import HarnessError, RenderError
@@ -223,7 +223,7 @@ def _similar(problem: Problem, pool: Sequence[Problem], k: int, seed: int) -> li
     """``select: similar``: the ``k`` pool problems closest in surface shape (same shape first, then the nearest
     total length), ties broken by a seeded shuffle. Generic kNN demo selection on the problem fields only."""
     want = _shape_of(problem)
-    rng = random.Random(f"whale-demos:{seed}:{problem.id}")
+    rng = seeds.rng("whale-demos", seed, problem.id)
     order = list(range(len(pool)))
     rng.shuffle(order)
     ranked = sorted(
@@ -248,7 +248,7 @@ def select_demos(problem: Problem, pool: Sequence[Problem], k: int, select: str,
                 if len(out) == k:
                     break
         return out
-    rng = random.Random(f"whale-demos:{seed}:{problem.id}")
+    rng = seeds.rng("whale-demos", seed, problem.id)
     picked = rng.sample(range(len(pool)), min(len(pool), k + 1))
     out = [pool[i] for i in picked if pool[i].id != problem.id][:k]
     if len(out) < k and len(out) < len(pool) - 1:  # several pool items share the problem's id: filter first

@@ -41,7 +41,6 @@ import contextlib
 import copy
 import dataclasses
 import json
-import random
 import shutil
 import time
 import warnings
@@ -50,12 +49,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from whale_core import seeds
 from whale_core.legs.leg import LegKind, LegResult, LegStart
 from whale_core.legs.rewards import SimilarityReward, TaskScoreReward
 from whale_core.legs.weights_config import DifficultyFilter, WeightsConfig, completions_per_step, micro_batching
 from whale_core.records.checkpoints import CHECKPOINT_FILE, Checkpoint, save_checkpoint
 from whale_core.records.refs import HarnessRef, PolicyRef
-from whale_core.seeds import weights_leg_seed
 from whale_core.stops import end_token_ids
 from whale_core.suites.base import Problem
 
@@ -439,7 +438,7 @@ def _filtered_problems(
         return [by_id[i] for i in saved["kept"]], int(saved["cost"])
     from whale_core.rollout import rollout
 
-    probed = random.Random(f"whale-filter:{cfg.seed}").sample(pool, min(f.max_problems, len(pool)))
+    probed = seeds.rng("whale-filter", cfg.seed).sample(pool, min(f.max_problems, len(pool)))
     probe = harness.evolve(decoding={"temperature": cfg.temperature}, inference={"samples": f.samples})
     res = rollout(policy, probe, suite, probed, demo_pool=pool, batch_size=256, seed=cfg.seed, split="train")
     acc = [sum(t.sample_scores) / len(t.sample_scores) if t.sample_scores else 0.0 for t in res.traces]
@@ -602,7 +601,7 @@ class WeightsLeg:
         return LegResult("weights", out.policy, start.harness, out.completions, metrics=reward_stats(out.steps))
 
     def _train_here(self, start: LegStart, cap: int) -> WeightsOutcome:
-        cfg = self.cfg.model_copy(update={"seed": weights_leg_seed(self.cfg.seed, start.iteration)})
+        cfg = self.cfg.model_copy(update={"seed": seeds.weights_leg_seed(self.cfg.seed, start.iteration)})
         return train_pair(
             self.base, start.policy, start.harness, self.suite, cfg,
             out_dir=self.out_dir, max_completions=cap, population=self.population,

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from whale_core import seeds
 from whale_core.harness import Harness
 from whale_core.models.tiny import TinyRecipe, install_tiny_model, make_tokenizer
 from whale_core.models.warmup import Sequence_, examples, load_arith_and_sort, warmup_formats
@@ -97,7 +98,7 @@ def _train(recipe: TinyRecipe, tok: Any, suites: dict[str, Suite], progress: Pro
     formats = warmup_formats(recipe, suites["arith"], suites["sort"])
     harnesses = [Harness.from_text(f.harness) for f in formats]
     exclude = _exclusions(recipe, suites)
-    rng = random.Random(f"whale-tiny:{recipe.seed}")
+    rng = seeds.rng("whale-tiny", recipe.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.98), weight_decay=recipe.weight_decay)
 
     def lr_at(step: int) -> float:
@@ -138,7 +139,7 @@ def _eval_problems(recipe: TinyRecipe, digits: int) -> list[Problem]:
     lo, hi = (0, 9) if digits == 1 else (10 ** (digits - 1), 10**digits - 1)
     width = hi - lo + 1
     n = recipe.eval_n if digits == 3 else recipe.eval_digits_n
-    rng = random.Random(f"whale-tiny-eval:{recipe.seed}:{digits}")
+    rng = seeds.rng("whale-tiny-eval", recipe.seed, digits)
     out = []
     for idx in rng.sample(range(width**2), min(n, width**2)):
         a, b = lo + idx // width, lo + idx % width
@@ -204,7 +205,6 @@ def _build_env() -> dict[str, str]:
                 break
     capability = torch.backends.cpu.get_cpu_capability()
     return {"torch": torch.__version__, "cpu_capability": capability, "cpu": cpu, "machine": platform.machine()}
-
 
 
 def build_tiny_model(

@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable
 
 from whale_core.proposers.base import ArchiveEntry, FailingTrace, ProposalContext
+from whale_core.seeds import rotation_start
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -231,7 +232,7 @@ def compact_focus(restrict_to: frozenset[str] | None, seed: int, iteration: int,
     """The field the ``index``-th compact request asks to change: a seeded rotation over the fields that may
     change (``instruction`` only in prompt-weights mode)."""
     fields = [f for f in FIELD_NOTES if restrict_to is None or f in restrict_to] or ["instruction"]
-    start = (seed * 7919 + iteration * 104729) % len(fields)
+    start = rotation_start(seed, iteration, len(fields))
     return fields[(start + index) % len(fields)]
 
 

@@ -31,6 +31,7 @@ from whale_core.proposers.base import Proposal, ProposalContext, ProposerUnavail
 from whale_core.proposers.context import build_compact_messages, compact_focus
 from whale_core.proposers.llm import LLMProposer
 from whale_core.proposers.serve import ServedModel, serve
+from whale_core.seeds import request_seed
 
 __all__ = ["MIN_REPLY_TOKENS", "ServedProposer"]
 
@@ -114,7 +115,7 @@ class ServedProposer(LLMProposer):
         ['temperature']" and decodes greedily); a ``generation_config`` in the body replaces the model's, so it
         carries the end-of-turn and pad tokens too.
         """
-        seed = (context.seed * 1_000_003 + context.iteration * 1_009 + index) % (2**31)
+        seed = request_seed(context.seed, context.iteration, index)
         if self.temperature <= 0:
             return {"seed": seed}
         tok = self.tokenizer
