@@ -155,9 +155,14 @@ def test_flatten_is_the_one_rule() -> None:
 
 def test_flatten_replaces_the_lineage_and_proposer_copies() -> None:
     """The replacements proposed for `records.lineage.flatten_params` and `proposers.base._flatten` (both built on
-    `flatten`) give what those functions give today, secrets, empty sections and prefixes included."""
-    from whale_core.proposers import base
+    `flatten`) give what those functions give, secrets, empty sections and prefixes included (compared with the
+    public functions, so the test holds before and after the swap)."""
+    import yaml
+
+    from whale_core.harness import Harness
+    from whale_core.proposers.base import changed_fields
     from whale_core.records import lineage
+    from whale_core.suites import load_suite
 
     def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         flat = flatten(config, prefix, leaf=lambda key, value: not value or lineage.is_secret_key(key))
@@ -181,7 +186,19 @@ def test_flatten_replaces_the_lineage_and_proposer_copies() -> None:
     for data in samples:
         for prefix in ("", "p."):
             assert flatten_params(data, prefix) == lineage.flatten_params(data, prefix)
-        assert flatten(data) == base._flatten(data)
+
+    def fields_changed(old: Harness, new: Harness) -> list[str]:
+        a, b = flatten(yaml.safe_load(old.text)), flatten(yaml.safe_load(new.text))
+        return sorted(k for k in set(a) | set(b) if a.get(k, KeyError) != b.get(k, KeyError))
+
+    seed = Harness.from_text(load_suite("arith").seed_harness)
+    data = yaml.safe_load(seed.text)
+    data["fewshot"]["k"] = 2
+    data["decoding"]["stop"] = ["\n", "."]
+    data["instruction"] = "Sum them."
+    edited = Harness.from_text(yaml.safe_dump(data))
+    assert fields_changed(seed, edited) == changed_fields(seed, edited) != []
+    assert fields_changed(seed, seed) == changed_fields(seed, seed) == []
 
 
 def test_a_follows_default_copies_the_resolved_key_unless_set(tmp_path: Path) -> None:
