@@ -95,7 +95,13 @@ def bare_trl(model_name: str, harness: Any, suite: Any, cfg: Any, out: Path) -> 
         activation_checkpointing=cfg.gradient_checkpointing,
         reward_weights=[1.0, cfg.shaping_weight] if cfg.shaping_weight > 0 else None,
     )
-    peft = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM")
+    peft = LoraConfig(
+        r=cfg.lora.r,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=cfg.lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
     trainer = GRPOTrainer(
         model=policy.model,
         reward_funcs=[task_score, answer_similarity] if cfg.shaping_weight > 0 else [task_score],
@@ -146,7 +152,7 @@ def _setup(a: argparse.Namespace) -> tuple[Any, Any, Any]:
         knobs["per_device_train_batch_size"] = a.completions
     knobs |= {"micro_batch_size": a.micro_batch_size, "gradient_checkpointing": a.gradient_checkpointing}
     cfg = WeightsConfig(**knobs)  # otherwise the defaults
-    if cfg.difficulty_filter is not None or not cfg.lora:
+    if cfg.difficulty_filter is not None or not cfg.lora.enabled:
         raise SystemExit("the benchmark compares the LoRA path without the difficulty filter")
     return harness, suite, cfg
 

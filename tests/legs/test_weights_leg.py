@@ -228,7 +228,7 @@ def test_lora_leg_changes_only_lora_params_and_counts_budget(
 
 @pytest.mark.slow
 def test_full_finetune_changes_base_params(micro: Path, suite: Any, loose: Harness, tmp_path: Path) -> None:
-    cfg = WeightsConfig(steps=2, lora=False, save_steps=50, **SMALL)
+    cfg = WeightsConfig(steps=2, lora={"enabled": False}, save_steps=50, **SMALL)
     res = train_weights_leg(policy(micro), loose, suite, cfg, out_dir=tmp_path / "full")
     before, after = safetensors(micro), safetensors(Path(res.checkpoint.path))
     assert not res.checkpoint.is_lora and set(before) == set(after)

@@ -42,7 +42,7 @@ class PopulationConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    k: int = Field(0, ge=0, le=16)
+    k: int = Field(0, ge=0, le=16, description="other harnesses in the population besides the incumbent (0: off)")
     incumbent_weight: float = Field(
         0.5, gt=0.0, le=1.0, description="fraction of train problems rendered by the incumbent when k >= 1"
     )

@@ -52,7 +52,13 @@ from typing import Any, Protocol
 from whale_core import seeds
 from whale_core.legs.leg import LegKind, LegResult, LegStart
 from whale_core.legs.rewards import SimilarityReward, TaskScoreReward
-from whale_core.legs.weights_config import DifficultyFilter, WeightsConfig, completions_per_step, micro_batching
+from whale_core.legs.weights_config import (
+    DifficultyFilter,
+    WeightsConfig,
+    completions_per_step,
+    micro_batching,
+    upgrade_lora_keys,
+)
 from whale_core.records.checkpoints import CHECKPOINT_FILE, Checkpoint, save_checkpoint
 from whale_core.records.refs import HarnessRef, PolicyRef
 from whale_core.stops import end_token_ids
@@ -199,20 +205,20 @@ def _prepare_model(policy: Any, cfg: WeightsConfig, parent: Checkpoint | None) -
             )
         model = PeftModel.from_pretrained(model, start_adapter, is_trainable=True)
     if isinstance(model, PeftModel):
-        if not cfg.lora:
+        if not cfg.lora.enabled:
             return model.merge_and_unload(), None, base_path
         for name, p in model.named_parameters():
             p.requires_grad_("lora_" in name)
         return model, None, base_path
-    if not cfg.lora:
+    if not cfg.lora.enabled:
         for p in model.parameters():
             p.requires_grad_(True)
         return model, None, base_path
     peft_config = LoraConfig(
-        r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout,
-        target_modules=cfg.lora_target_modules,
+        r=cfg.lora.r,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=cfg.lora.target_modules,
         task_type="CAUSAL_LM",
     )
     return model, peft_config, base_path
@@ -414,7 +420,7 @@ def _same_leg(stored: dict[str, Any], spec: dict[str, Any]) -> bool:
     """Whether a stored leg spec describes ``spec``'s leg. The stored config is re-validated first, so a config
     written before WeightsConfig gained a (defaulted) field still matches; one with an unknown field does not."""
     try:
-        cfg = WeightsConfig.model_validate(stored.get("cfg", {})).model_dump(mode="json")
+        cfg = WeightsConfig.model_validate(upgrade_lora_keys(stored.get("cfg", {}))).model_dump(mode="json")
     except Exception:
         return False
     return {**stored, "cfg": cfg} == spec
