@@ -322,7 +322,7 @@ def test_killed_leg_resumes_from_its_last_trainer_checkpoint(
 
 
 def test_chat_prompts_are_tokenized_by_trl_as_rollouts_tokenize_them(suite: Any) -> None:
-    from whale_core.legs.weights_leg import _trl_chat_prompt
+    from whale_core.legs.grpo import trl_chat_prompt
     from whale_core.models import make_tokenizer
 
     tok = make_tokenizer()
@@ -331,7 +331,7 @@ def test_chat_prompts_are_tokenized_by_trl_as_rollouts_tokenize_them(suite: Any)
     )
     p = suite.problems("train")[0]
     text = chat.render(p, [], tokenizer=tok)
-    fixed = _trl_chat_prompt(text, tok, chat.name)
+    fixed = trl_chat_prompt(text, tok, chat.name)
     assert text.startswith(tok.bos_token) and not fixed.startswith(tok.bos_token)
     assert tok(fixed).input_ids == tok(text, add_special_tokens=False).input_ids  # TRL's view == rollout's view
 
@@ -444,10 +444,10 @@ def test_micro_batch_size_is_validated_naming_the_valid_values() -> None:
     cfg = WeightsConfig(per_device_train_batch_size=32, num_generations=8, micro_batch_size=4)
     assert micro_batching(cfg) == (4, 8) and completions_per_step(cfg) == 32
     with pytest.raises(ValueError, match="set by WHALE"):
-        from whale_core.legs.weights_leg import _grpo_args
+        from whale_core.legs.grpo import grpo_args
 
         bad = WeightsConfig(extra={"gradient_accumulation_steps": 2})
-        _grpo_args(bad, Path("/nonexistent"), 1, 4, True, False)
+        grpo_args(bad, Path("/nonexistent"), 1, 4, True, False)
 
 
 @pytest.mark.slow

@@ -5,8 +5,13 @@ string the model sees at evaluation (chat-mode harnesses render through the toke
 is still a plain string: TRL 1.16 then tokenizes it like any text prompt and the model is trained on what it is
 evaluated on). The reward is the suite's score of ``harness.parse_answer(completion)`` (`whale_core.legs.rewards`), plus
 an optional generic shaping term (character similarity of the parsed answer to gold); the task score is what is
-reported. GRPO itself is TRL's: this module only builds the dataset, the rewards, the model (LoRA adapter or full
-weights, continued from a parent checkpoint) and the ``GRPOConfig``, then records what happened.
+reported. GRPO itself is TRL's: this module and `whale_core.legs.grpo` (the TRL side) only build the dataset, the
+rewards, the model (LoRA adapter or full weights, continued from a parent checkpoint) and the ``GRPOConfig``, then
+record what happened.
+
+In a run the leg is a `whale_core.legs.leg.Leg`: `WeightsLeg` (``run(LegStart) -> LegResult``) trains within the
+weights budget, through `train_pair` (records in, records out) or the training call it is given (the flow's cached
+``grpo-update`` task), and records the checkpoint.
 
 Contracts:
 - ``policy.model`` is trained in place (LoRA layers are injected into it, or its weights change) and left in eval
@@ -37,31 +42,38 @@ passed through to TRL untested here.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import dataclasses
 import json
 import shutil
 import time
-import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from whale_core import seeds
+from whale_core.legs.grpo import (
+    Spent,
+    StepMetrics,
+    grpo_args,
+    leg_callback,
+    prepare_model,
+    quiet,
+    resume_point,
+    run_trainer,
+    step_metrics,
+    train_dataset,
+)
 from whale_core.legs.leg import LegKind, LegResult, LegStart
 from whale_core.legs.rewards import SimilarityReward, TaskScoreReward
 from whale_core.legs.weights_config import (
     DifficultyFilter,
     WeightsConfig,
     completions_per_step,
-    micro_batching,
     upgrade_lora_keys,
 )
 from whale_core.records.checkpoints import CHECKPOINT_FILE, Checkpoint, save_checkpoint
 from whale_core.records.refs import HarnessRef, PolicyRef
-from whale_core.stops import end_token_ids
 from whale_core.suites.base import Problem
 
 __all__ = [  # the records and config are defined next door and re-exported: the weights leg's API in one place
@@ -80,34 +92,6 @@ __all__ = [  # the records and config are defined next door and re-exported: the
     "train_weights_leg",
 ]
 
-_LEG_STATE = "whale_leg_state.json"
-# GRPOConfig fields WHALE sets itself: `extra` may not override them (first-class knobs are named in the error).
-_OWNED = {
-    "output_dir",
-    "max_steps",
-    "resume_from_checkpoint",
-    "report_to",
-    "logging_steps",
-    "save_strategy",
-    "activation_checkpointing",
-    "gradient_accumulation_steps",  # the three batch knobs follow weights.per_device_train_batch_size/micro_batch_size
-    "steps_per_generation",
-    "generation_batch_size",
-}
-
-
-@dataclass
-class StepMetrics:
-    """One optimizer step from TRL's logs. Rewards are the task score's; ``completions`` is the leg's running total."""
-
-    step: int
-    reward_mean: float
-    reward_std: float
-    frac_zero_std_groups: float
-    kl: float | None
-    seconds: float  # TRL's step_time: generation + loss + backward, without the optimizer update
-    completions: int
-
 
 @dataclass
 class TrainResult:
@@ -120,143 +104,6 @@ class TrainResult:
     resumed_from_step: int | None
     filter_completions: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Silence transformers' "gradient_checkpointing is deprecated ... v6" FutureWarnings that TRL/PEFT trigger."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*deprecated and will be removed in v6.*", category=FutureWarning)
-        yield
-
-
-def _valid_checkpoints(trainer_dir: Path) -> list[tuple[int, Path]]:
-    """TRL checkpoints that were written completely (trainer_state.json is written last), newest first."""
-    found = []
-    for d in trainer_dir.glob("checkpoint-*") if trainer_dir.is_dir() else []:
-        suffix = d.name.split("-", 1)[1]
-        if suffix.isdigit() and (d / "trainer_state.json").is_file():
-            found.append((int(suffix), d))
-        elif suffix.isdigit():
-            shutil.rmtree(d, ignore_errors=True)  # a save interrupted by a kill: unusable
-    return sorted(found, reverse=True)
-
-
-def _grpo_args(
-    cfg: WeightsConfig, trainer_dir: Path, max_steps: int, max_len: int, on_cpu: bool, cuda_bf16: bool
-) -> Any:
-    """The GRPOConfig of the leg: WeightsConfig's knobs, WHALE's fixed settings, then ``extra`` (checked)."""
-    from trl import GRPOConfig
-
-    valid = {f.name for f in dataclasses.fields(GRPOConfig)}
-    for key in cfg.extra:
-        if key not in valid:
-            import difflib
-
-            close = difflib.get_close_matches(key, sorted(valid), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"weights.extra: {key!r} is not a GRPOConfig field{hint}")
-        if key in _OWNED or key in WeightsConfig.model_fields:
-            raise ValueError(
-                f"weights.extra: {key!r} is set by WHALE; batch sizes: weights.per_device_train_batch_size "
-                "(completions per step) and weights.micro_batch_size (per pass); other knobs: weights.<name>"
-            )
-    bf16 = cfg.bf16 if cfg.bf16 is not None else (not on_cpu and cuda_bf16)
-    same = ("learning_rate", "lr_scheduler_type", "warmup_steps", "num_generations", "temperature", "beta",
-            "loss_type", "scale_rewards", "seed", "save_steps", "use_vllm", "vllm_mode")  # fmt: skip
-    micro, accumulate = micro_batching(cfg)
-    kwargs: dict[str, Any] = {k: getattr(cfg, k) for k in same} | dict(
-        per_device_train_batch_size=micro, gradient_accumulation_steps=accumulate,
-        output_dir=str(trainer_dir), max_steps=max_steps, max_completion_length=max_len, data_seed=cfg.seed,
-        logging_steps=1, save_strategy="steps", save_total_limit=2, report_to="none", disable_tqdm=True,
-        use_cpu=on_cpu, bf16=bf16, activation_checkpointing=cfg.gradient_checkpointing, log_completions=False,
-        reward_weights=[1.0, cfg.shaping_weight] if cfg.shaping_weight > 0 else None,
-    )  # fmt: skip
-    kwargs.update(cfg.extra)
-    return GRPOConfig(**kwargs)
-
-
-def _prepare_model(policy: Any, cfg: WeightsConfig, parent: Checkpoint | None) -> tuple[Any, Any, str]:
-    """The model to hand TRL, the LoraConfig to pass (None when the model already carries its adapter) and the
-    base-model path a LoRA checkpoint of this leg applies to."""
-    from peft import LoraConfig, PeftModel
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    model = policy.model
-    base_path = str(policy.base_path)
-    start_adapter: str | None = None
-    if parent is not None and parent.is_lora:
-        if str(policy.adapter_path or "") != parent.path:
-            start_adapter = parent.path
-        base_path = parent.base_model
-    elif parent is not None:  # a full-weights parent: train on top of its weights
-        if str(policy.base_path) != parent.path:
-            from transformers import AutoModelForCausalLM
-
-            model = AutoModelForCausalLM.from_pretrained(parent.path, dtype=model.dtype).to(model.device)
-        base_path = parent.path
-    if start_adapter is not None:
-        if isinstance(model, PeftModel):
-            model = model.get_base_model()
-        if any(isinstance(m, BaseTunerLayer) for m in model.modules()):
-            raise ValueError(
-                "policy.model already carries LoRA layers (trained in place by an earlier leg?); reload the policy "
-                "with load_policy(...) before chaining from a parent checkpoint"
-            )
-        model = PeftModel.from_pretrained(model, start_adapter, is_trainable=True)
-    if isinstance(model, PeftModel):
-        if not cfg.lora.enabled:
-            return model.merge_and_unload(), None, base_path
-        for name, p in model.named_parameters():
-            p.requires_grad_("lora_" in name)
-        return model, None, base_path
-    if not cfg.lora.enabled:
-        for p in model.parameters():
-            p.requires_grad_(True)
-        return model, None, base_path
-    peft_config = LoraConfig(
-        r=cfg.lora.r,
-        lora_alpha=cfg.lora.alpha,
-        lora_dropout=cfg.lora.dropout,
-        target_modules=cfg.lora.target_modules,
-        task_type="CAUSAL_LM",
-    )
-    return model, peft_config, base_path
-
-
-def _trl_chat_prompt(text: str, tokenizer: Any, name: str) -> str:
-    """A chat-rendered prompt as TRL must receive it. The chat template already wrote the special tokens (rollouts
-    tokenize it without adding any), but TRL 1.16 tokenizes string prompts *with* them: drop a leading BOS text
-    when that makes both tokenizations equal, and refuse a prompt that would still differ."""
-    want = tokenizer(text, add_special_tokens=False).input_ids
-    if tokenizer(text).input_ids == want:
-        return text
-    bos = tokenizer.bos_token
-    if bos and text.startswith(bos) and tokenizer(text[len(bos) :]).input_ids == want:
-        return text[len(bos) :]
-    raise ValueError(
-        f"harness {name!r} (chat mode): TRL would tokenize the rendered prompt differently from rollouts "
-        "(the tokenizer adds special tokens the chat template did not start with); use a text-mode harness"
-    )
-
-
-def _step_metrics(log_history: list[dict[str, Any]], per_step: int) -> list[StepMetrics]:
-    out = []
-    for e in log_history:
-        if "reward" not in e or "step" not in e:
-            continue
-        out.append(
-            StepMetrics(
-                step=int(e["step"]),
-                reward_mean=float(e.get("rewards/task_score/mean", e["reward"])),
-                reward_std=float(e.get("rewards/task_score/std", e.get("reward_std", 0.0))),
-                frac_zero_std_groups=float(e.get("frac_reward_zero_std", 0.0)),
-                kl=float(e["kl"]) if e.get("kl") is not None else None,
-                seconds=float(e.get("step_time", 0.0)),
-                completions=int(e["step"]) * per_step,
-            )
-        )
-    return out
 
 
 def train_weights_leg(
@@ -286,23 +133,9 @@ def train_weights_leg(
     out_dir.mkdir(parents=True, exist_ok=True)
     trainer_dir, final_dir = out_dir / "trainer", out_dir / "checkpoint"
     per_step = completions_per_step(cfg)
-    spec = {
-        "cfg": cfg.model_dump(mode="json"),
-        "harness": harness.sha,
-        "parent": parent_checkpoint.id if parent_checkpoint else None,
-        "base": str(policy.base_path),
-        "policy_adapter": str(policy.adapter_path) if policy.adapter_path else None,
-        "max_completions": max_completions,
-    }
     members = [harness, *{h.sha: h for h in population if h.sha != harness.sha}.values()]
-    if len(members) > 1:
-        spec["population"] = [h.sha for h in members[1:]]
-    spec_file, result_file = out_dir / "leg_spec.json", out_dir / "leg_result.json"
-    if spec_file.is_file() and not _same_leg(json.loads(spec_file.read_text()), spec):
-        raise ValueError(
-            f"{out_dir} holds a different leg (config, harness, population, parent or budget differ): use a new out_dir"
-        )
-    spec_file.write_text(json.dumps(spec, indent=1, sort_keys=True))
+    result_file = out_dir / "leg_result.json"
+    _claim_out_dir(out_dir, _leg_spec(policy, cfg, members, parent_checkpoint, max_completions))
     if result_file.is_file() and (final_dir / CHECKPOINT_FILE).is_file():
         return _load_result(result_file, final_dir)
 
@@ -315,10 +148,9 @@ def train_weights_leg(
         raise ValueError(f"suite {getattr(suite, 'name', suite)!r} has no train problems")
 
     import torch
-    from transformers import PrinterCallback, TrainerCallback
 
-    with _quiet():
-        model, peft_config, adapter_base = _prepare_model(policy, cfg, parent_checkpoint)
+    with quiet():
+        model, peft_config, adapter_base = prepare_model(policy, cfg, parent_checkpoint)
     start = copy.copy(policy)  # the leg's starting policy (parent adapter loaded) for the difficulty probe
     start.model = model
     problems, filter_cost = _filtered_problems(start, harness, suite, cfg, pool, out_dir)
@@ -329,82 +161,33 @@ def train_weights_leg(
             f"max_completions={max_completions} leaves {budget} completions after the difficulty filter: less than "
             f"one step ({per_step} completions)"
         )
-    from datasets import Dataset
-
-    from whale_core.legs.population import assign_population
-
-    assign = assign_population([p.id for p in problems], len(members), cfg.seed, cfg.population.incumbent_weight)
-    prompts = []
-    for p, m in zip(problems, assign, strict=True):
-        h = members[m]
-        text = h.render(p, h.select_demos(p, pool, cfg.seed), tokenizer=tokenizer)
-        prompts.append(_trl_chat_prompt(text, tokenizer, h.name) if h.is_chat else text)
-    dataset = Dataset.from_dict(
-        {"prompt": prompts, "problem_id": [p.id for p in problems], "answer": [p.answer for p in problems],
-         "harness_idx": assign}
-    )  # fmt: skip
+    dataset = train_dataset(problems, members, pool, tokenizer, cfg)
     pop = list(zip(members, member_stops, strict=True))
     task = TaskScoreReward(harness, suite, problems, stops, population=pop)
     rewards: list[Any] = [task]
     if cfg.shaping_weight > 0:
         rewards.append(SimilarityReward(harness, suite, problems, stops, population=pop))
     on_cpu = torch.device(getattr(model, "device", "cpu")).type == "cpu"
-    args = _grpo_args(cfg, trainer_dir, max_steps, max_len, on_cpu, on_cpu is False and torch.cuda.is_bf16_supported())
-    checkpoints = _valid_checkpoints(trainer_dir)
-    resume = checkpoints[0] if checkpoints else None
-    prior = 0
-    if resume is not None:
-        state = resume[1] / _LEG_STATE
-        prior = json.loads(state.read_text())["completions"] if state.is_file() else resume[0] * per_step
-
-    class _LegCallback(TrainerCallback):  # type: ignore[misc]
-        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-            if max_completions is not None and filter_cost + prior + task.count + per_step > max_completions:
-                control.should_training_stop = True
-
-        def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-            ckpt = trainer_dir / f"checkpoint-{state.global_step}"
-            if ckpt.is_dir():
-                (ckpt / _LEG_STATE).write_text(json.dumps({"completions": prior + task.count}))
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
-            if progress is not None and logs and "reward" in logs:
-                for m in _step_metrics([{**logs, "step": state.global_step}], per_step):
-                    progress(m)
-
-    from trl import GRPOTrainer
-
-    gen_cfg = model.generation_config
-    saved_eos = gen_cfg.eos_token_id
-    # TRL ends completions at the model's EOS ids (read at construction): the stop rule rollouts use (whale_core.stops)
-    gen_cfg.eos_token_id = end_token_ids(tokenizer, model, member_stops)
-    with _quiet():
-        try:
-            trainer = GRPOTrainer(
-                model=model,
-                reward_funcs=rewards,
-                args=args,
-                train_dataset=dataset,
-                processing_class=tokenizer,
-                peft_config=peft_config,
-                callbacks=[_LegCallback(), *callbacks],
-            )
-            trainer.remove_callback(PrinterCallback)  # it prints every log dict; `progress` gets StepMetrics instead
-            trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
-        finally:
-            gen_cfg.eos_token_id = saved_eos
+    args = grpo_args(cfg, trainer_dir, max_steps, max_len, on_cpu, on_cpu is False and torch.cuda.is_bf16_supported())
+    resume, prior = resume_point(trainer_dir, per_step)
+    spent = Spent(filter_cost, prior, task)
+    ours = leg_callback(trainer_dir, per_step, max_completions, spent, progress)
+    trainer = run_trainer(
+        model, tokenizer, member_stops, rewards, args, dataset, peft_config, [ours, *callbacks],
+        resume[1] if resume else None,
+    )  # fmt: skip
     trained: Any = trainer.model
     trained.eval()
     steps_done = int(trainer.state.global_step)
-    metrics = _step_metrics(trainer.state.log_history, per_step)
-    with _quiet():
+    metrics = step_metrics(trainer.state.log_history, per_step)
+    with quiet():
         ckpt = save_checkpoint(
             trained, tokenizer, final_dir, harness.sha, parent_checkpoint, adapter_base, policy, steps_done
         )
     result = TrainResult(
         checkpoint=ckpt,
         steps=metrics,
-        completions=filter_cost + prior + task.count,
+        completions=spent.total,
         seconds=time.perf_counter() - t0,
         resumed_from_step=resume[0] if resume else None,
         filter_completions=filter_cost,
@@ -414,6 +197,34 @@ def train_weights_leg(
     if not cfg.keep_trainer_checkpoints:
         shutil.rmtree(trainer_dir, ignore_errors=True)
     return result
+
+
+def _leg_spec(
+    policy: Any, cfg: WeightsConfig, members: Sequence[Any], parent: Checkpoint | None, max_completions: int | None
+) -> dict[str, Any]:
+    """What identifies a leg in its ``out_dir`` (``leg_spec.json``): config, harness (and population), parent
+    checkpoint, base model and adapter, budget."""
+    spec = {
+        "cfg": cfg.model_dump(mode="json"),
+        "harness": members[0].sha,
+        "parent": parent.id if parent else None,
+        "base": str(policy.base_path),
+        "policy_adapter": str(policy.adapter_path) if policy.adapter_path else None,
+        "max_completions": max_completions,
+    }
+    if len(members) > 1:
+        spec["population"] = [h.sha for h in members[1:]]
+    return spec
+
+
+def _claim_out_dir(out_dir: Path, spec: dict[str, Any]) -> None:
+    """Write the leg's spec into ``out_dir``; refuse a directory that holds a different leg's."""
+    spec_file = out_dir / "leg_spec.json"
+    if spec_file.is_file() and not _same_leg(json.loads(spec_file.read_text()), spec):
+        raise ValueError(
+            f"{out_dir} holds a different leg (config, harness, population, parent or budget differ): use a new out_dir"
+        )
+    spec_file.write_text(json.dumps(spec, indent=1, sort_keys=True))
 
 
 def _same_leg(stored: dict[str, Any], spec: dict[str, Any]) -> bool:
