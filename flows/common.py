@@ -1,9 +1,10 @@
 """What a WHALE flow carries between iterations, and the handles it opens once per run.
 
 `IterState` is the (policy, incumbent harness, metric) pair an iteration starts from; `RunHandles` opens the archive
-(the source of truth), the MLflow lineage and the run directory. `ReplayArchive` lets a resumed run re-execute an
-iteration the archive already holds as *done* — its tasks come back ``Cached`` — without writing its records twice;
-`ResumingArchive` lets it re-take an iteration a killed run had started without storing its decisions twice.
+(the source of truth), the MLflow lineage and the run directory. A resumed run re-executes an iteration the archive
+already holds as *done* on `Archive.read_only_view` — its tasks come back ``Cached`` — without writing its records
+twice, and re-takes an iteration a killed run had started without storing its decisions twice (both are modes of
+`whale_core.records.recorder.Recorder`).
 `heartbeats` decides which flow runs send Prefect's crash-detection heartbeats.
 """
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from whale_core.config import WhaleConfig, flatten
 from whale_core.env import whale_home
@@ -58,59 +58,6 @@ class RunHandles:
         run_dir = whale_home() / "runs" / run_id
         run_dir.mkdir(parents=True, exist_ok=True)
         return cls(run_id, cfg, archive, lineage, run_dir, parent)
-
-
-class _Stub:
-    """Stands in for a record a replayed write would have returned."""
-
-    id = -1
-
-    def __getattr__(self, name: str) -> Any:
-        return None
-
-
-class ResumingArchive:
-    """The archive with `add_decision` made idempotent (`Archive.ensure_decision`): an iteration that a killed run
-    had started is taken again from its start on resume, and re-takes the decisions the first attempt stored
-    (``continue``/``switch``, the harness leg's ``accept``/``reject``); each is stored once. Everything else passes
-    through."""
-
-    def __init__(self, archive: Archive):
-        self._archive = archive
-
-    def add_decision(
-        self, run_id: str, iteration: int, kind: str, reason: str, payload: dict[str, Any] | None = None
-    ) -> Any:
-        return self._archive.ensure_decision(run_id, iteration, kind, reason, payload)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._archive, name)
-
-
-class ReplayArchive:
-    """Reads pass through to the archive; writes are dropped (the records exist from the first attempt)."""
-
-    _WRITES = (
-        "add_candidate",
-        "set_candidate_status",
-        "record_evaluation",
-        "add_decision",
-        "ensure_decision",
-        "put_harness",
-        "put_checkpoint",
-        "start_leg",
-        "finish_leg",
-        "fail_leg",
-        "update_run",
-    )
-
-    def __init__(self, archive: Archive):
-        self._archive = archive
-
-    def __getattr__(self, name: str) -> Any:
-        if name in self._WRITES:
-            return lambda *args, **kwargs: _Stub()
-        return getattr(self._archive, name)
 
 
 def heartbeats(top_level: bool = False) -> AbstractContextManager[object]:

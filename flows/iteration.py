@@ -1,10 +1,11 @@
 """``block-ascent-iteration``: one iteration = plateau-check → one leg (weights or harness) → evaluate → record.
 
-The flow only wires: the decision comes from `tasks.plateau_check`, the weights leg is `tasks.grpo_update`, the
-harness leg is `whale_core.legs.harness_leg.run_harness_leg` with its proposer call routed through
-`tasks.propose_harness` and its candidate scoring through `tasks.score_harness` (in the flow's thread by default, fanned
-out on the flow's task runner with ``orchestration.max_workers`` > 1 or Dask), and the evaluation is
-`tasks.rollout_task`. Records go to the archive and the MLflow lineage (a child run per leg).
+The flow only wires: the decision comes from `tasks.plateau_check`; the leg is a `whale_core.legs.leg.Leg` — the
+weights leg `TaskWeightsLeg` (its training call is `tasks.grpo_update`), the harness leg
+`whale_core.legs.harness_leg.HarnessLeg` with its proposer call routed through `tasks.propose_harness` and its candidate
+scoring through `tasks.score_harness` (in the flow's thread by default, fanned out on the flow's task runner with
+``orchestration.max_workers`` > 1 or Dask) —; the evaluation is `tasks.rollout_task`. Every record goes through one
+`whale_core.records.recorder.Recorder`: the archive and its MLflow mirror (a child run per leg).
 
 Replay: when the archive already holds this iteration's leg as done with the same inputs (a resumed run), the tasks
 run again — and come back ``Cached`` — but nothing is written twice. A rerun (``refresh``) recomputes the tasks.
@@ -13,20 +14,22 @@ run again — and come back ``Cached`` — but nothing is written twice. A rerun
 from __future__ import annotations
 
 import dataclasses
-import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from datetime import datetime
 from typing import Any
 
 from prefect import flow
 
-from flows.common import IterState, ReplayArchive, ResumingArchive, RunHandles
+from flows.common import IterState, RunHandles
 from tasks import grpo_update, plateau_check, propose_harness, rollout_task, score_harness
 from whale_core.legs.budget import Budget
-from whale_core.legs.harness_leg import run_harness_leg
+from whale_core.legs.harness_leg import HarnessLeg, HarnessLegOptions
+from whale_core.legs.leg import Leg, LegKind, LegResult, LegStart
 from whale_core.legs.schedule import Decision, LegOutcome
 from whale_core.legs.scoring import ScoreBlock
 from whale_core.proposers.base import Proposal, ProposalContext, ProposerUnavailable, check_candidate
+from whale_core.records.recorder import Recorder
 from whale_core.records.refs import HarnessRef, PolicyRef
 
 
@@ -61,6 +64,27 @@ class _TaskProposer:
         return out
 
 
+class TaskWeightsLeg:
+    """The weights leg as a `Leg` whose training call is ``train(policy, harness, max_completions)`` (the cached
+    ``grpo-update`` task): trains on at most what the weights budget has left after a validation evaluation's
+    worth (``reserve``), charges it, and records the checkpoint with the harness it was trained against."""
+
+    kind: LegKind = "weights"
+
+    def __init__(self, train: Callable[[PolicyRef, HarnessRef, int], Any], reserve: int, recorder: Recorder):
+        self.train, self.reserve, self.recorder = train, reserve, recorder
+
+    def run(self, start: LegStart) -> LegResult:
+        bud = start.budget
+        cap = bud.remaining("weights") - self.reserve
+        if cap <= 0:
+            return LegResult("weights", start.policy, start.harness, 0)
+        out = self.train(start.policy, start.harness, cap)
+        bud.charge("weights", min(out.completions, bud.remaining("weights")))
+        self.recorder.checkpoint(out.checkpoint, start.harness, start.metric, out.steps)
+        return LegResult("weights", out.policy, start.harness, out.completions)
+
+
 def _matching_done_leg(h: RunHandles, iteration: int, kind: str, state: IterState) -> Any:
     for leg in h.archive.legs(h.run_id):
         if (leg.iteration, leg.kind, leg.status) == (iteration, kind, "done") and (
@@ -68,6 +92,18 @@ def _matching_done_leg(h: RunHandles, iteration: int, kind: str, state: IterStat
         ):
             return leg
     return None
+
+
+def _close_earlier_attempts(h: RunHandles, iteration: int, kind: str, refresh: bool, generation: int) -> Any:
+    """Mark this iteration's earlier attempts of the leg as history (left out of the report's tables): one still
+    ``running`` died with its process, one ``done`` is superseded by a rerun. Returns when the first began."""
+    earlier = [leg for leg in h.archive.legs(h.run_id) if leg.iteration == iteration and leg.kind == kind]
+    for stale in earlier:
+        if stale.status == "running":  # its process died (a resumed run): this attempt takes over
+            h.archive.end_attempt(stale.id, "interrupted", "its process ended before the leg finished")
+        elif refresh and stale.status == "done":
+            h.archive.end_attempt(stale.id, "superseded", f"recomputed by whale rerun (generation {generation})")
+    return min((leg.started for leg in earlier), default=None)
 
 
 @flow(name="block-ascent-iteration", flow_run_name="{run_id}/iteration-{iteration}", persist_result=True)
@@ -88,25 +124,19 @@ def block_ascent_iteration(
     h = RunHandles.open(run_id, cfg)
     bud = Budget.from_dict(budget)
     opts: dict[str, Any] = {"refresh_cache": True} if refresh else {}
-    suite_cfg = cfg.suite.model_dump(mode="json")
     decision = plateau_check.with_options(**opts)(history, cfg.mode, cfg.schedule.model_dump(mode="json"), iteration)
     kind = decision.leg
     done = None if refresh else _matching_done_leg(h, iteration, kind, state)
-    archive: Any = ReplayArchive(h.archive) if done is not None else ResumingArchive(h.archive)
-    earlier = [leg for leg in h.archive.legs(run_id) if leg.iteration == iteration and leg.kind == kind]
-    for stale in earlier:  # kept as history, marked, and left out of the report's tables
-        if stale.status == "running":  # its process died (a resumed run): this attempt takes over
-            h.archive.end_attempt(stale.id, "interrupted", "its process ended before the leg finished")
-        elif refresh and stale.status == "done":
-            h.archive.end_attempt(stale.id, "superseded", f"recomputed by whale rerun (generation {generation})")
-    as_of = min((leg.started for leg in earlier), default=None)
-    archive.add_decision(
-        run_id, iteration, "switch" if decision.switched else "continue", decision.reason, {"leg": kind}
-    )
-    leg = archive.start_leg(
+    rec = Recorder(
+        h.archive, h.lineage, run_id=run_id, mlflow_parent=h.mlflow_parent, replay=done is not None,
+        idempotent_decisions=True,
+    )  # fmt: skip
+    as_of = _close_earlier_attempts(h, iteration, kind, refresh, generation)
+    rec.decide(iteration, "switch" if decision.switched else "continue", decision.reason, {"leg": kind})
+    leg = rec.archive.start_leg(
         run_id, iteration, kind, incumbent_harness_in=state.harness.sha, checkpoint_in=state.policy.checkpoint_id
     )
-    child = h.lineage.ensure_leg(
+    rec.mlflow_run = child = h.lineage.ensure_leg(
         h.mlflow_parent, run_id, iteration, kind, existing_mlflow_run_id=done.mlflow_run_id if done else None
     )
     if done is None:
@@ -114,30 +144,11 @@ def block_ascent_iteration(
     spent_before = bud.spent
     try:
         if kind == "weights":
-            population = _population(h, cfg, state, as_of or leg.started)
-            policy, harness, accepted = _weights_leg(
-                h, cfg, iteration, state, base, bud, suite_cfg, opts, child, generation, population,
-                replay=done is not None,
-            )  # fmt: skip
+            step: Leg = _weights_leg(h, cfg, iteration, state, base, opts, generation, rec, as_of or leg.started)
         else:
-            policy, harness, accepted = _harness_leg(
-                h, cfg, iteration, state, bud, suite_cfg, opts, child, archive, leg.id, as_of
-            )
-        if (policy, harness) == (state.policy, state.harness):
-            metric, eval_completions = state.metric, 0
-        else:
-            ev = rollout_task.with_options(**opts)(
-                policy,
-                harness,
-                suite_cfg,
-                "val",
-                cfg.rollout.val_problems,
-                cfg.seed,
-                cfg.rollout.batch_size,
-                str(h.run_dir / "traces"),
-            )
-            metric, eval_completions = ev.score, ev.completions
-            bud.charge(kind, min(eval_completions, bud.remaining(kind)))
+            step = _harness_leg(h, cfg, iteration, state, opts, rec)
+        res = step.run(LegStart(run_id, iteration, state.policy, state.harness, state.metric, bud, leg.id, as_of))
+        metric = _evaluate(h, cfg, opts, state, res, bud)
     except Exception as exc:
         if done is None:
             h.archive.fail_leg(leg.id, f"{type(exc).__name__}: {exc}", budget_used=bud.spent - spent_before)
@@ -148,24 +159,35 @@ def block_ascent_iteration(
         "val_score": metric,
         "val_score_before": state.metric,
         "budget_used": float(used),
-        "accepted": float(bool(accepted)) if kind == "harness" else -1.0,
+        "accepted": float(bool(res.accepted)) if kind == "harness" else -1.0,
     }
-    if done is None:
-        archive.finish_leg(
-            leg.id,
-            budget_used=used,
-            incumbent_harness_out=harness.sha,
-            checkpoint_out=policy.checkpoint_id,
-            metrics=metrics,
-        )
-        h.lineage.log_metrics(child, metrics, step=iteration)
-        h.lineage.log_metrics(
-            h.mlflow_parent, {"val_score": metric, "rollouts": float(state.rollouts + used)}, step=iteration
-        )
+    rec.leg_done(
+        leg.id, iteration, budget_used=used, harness_sha=res.harness.sha, checkpoint_id=res.policy.checkpoint_id,
+        metrics=metrics, rollouts=state.rollouts + used,
+    )  # fmt: skip
     h.lineage.end(child)
-    outcome = LegOutcome(iteration, kind, metric, accepted if kind == "harness" else None, state.metric)
-    new_state = IterState(policy, harness, metric, state.rollouts + used)
+    outcome = LegOutcome(iteration, kind, metric, res.accepted if kind == "harness" else None, state.metric)
+    new_state = IterState(res.policy, res.harness, metric, state.rollouts + used)
     return IterationResult(new_state, outcome, decision, bud.to_dict(), used, done is not None)
+
+
+def _evaluate(h: RunHandles, cfg: Any, opts: dict[str, Any], state: IterState, res: LegResult, bud: Budget) -> float:
+    """The validation score of the pair the leg ends with (the start's when the leg changed nothing); the
+    evaluation is charged to the leg's kind."""
+    if (res.policy, res.harness) == (state.policy, state.harness):
+        return state.metric
+    ev = rollout_task.with_options(**opts)(
+        res.policy,
+        res.harness,
+        cfg.suite.model_dump(mode="json"),
+        "val",
+        cfg.rollout.val_problems,
+        cfg.seed,
+        cfg.rollout.batch_size,
+        str(h.run_dir / "traces"),
+    )
+    bud.charge(res.kind, min(ev.completions, bud.remaining(res.kind)))
+    return float(ev.score)
 
 
 def _population(h: RunHandles, cfg: Any, state: IterState, as_of: Any) -> list[HarnessRef]:
@@ -192,92 +214,34 @@ def _weights_leg(
     iteration: int,
     state: IterState,
     base: PolicyRef,
-    bud: Budget,
-    suite_cfg: dict[str, Any],
     opts: dict[str, Any],
-    child: str,
     generation: int,
-    population: list[HarnessRef],
-    replay: bool,
-) -> tuple[PolicyRef, HarnessRef, bool]:
-    reserve = cfg.rollout.val_problems
-    cap = bud.remaining("weights") - reserve
-    if cap <= 0:
-        return state.policy, state.harness, False
-    out_dir = h.run_dir / f"iter-{iteration:02d}-weights" / f"gen-{generation}"
-    out = grpo_update.with_options(**opts)(
-        state.policy,
-        base,
-        state.harness,
-        suite_cfg,
-        cfg.weights.model_dump(mode="json"),
-        cfg.seed,
-        iteration,
-        generation,
-        cap,
-        str(out_dir),
-        population,
-    )
-    bud.charge("weights", min(out.completions, bud.remaining("weights")))
-    ckpt = out.checkpoint
-    if not replay:
-        h.archive.put_checkpoint(
-            ckpt["id"], h.run_id, ckpt["path"], ckpt["harness_sha"], parent_id=ckpt["parent_id"], step=ckpt["step"]
+    rec: Recorder,
+    as_of: datetime,
+) -> TaskWeightsLeg:
+    """This iteration's weights leg: the cached ``grpo-update`` task with its population (as of ``as_of``)."""
+    population = _population(h, cfg, state, as_of)
+    out_dir = str(h.run_dir / f"iter-{iteration:02d}-weights" / f"gen-{generation}")
+    suite_cfg, weights_cfg = cfg.suite.model_dump(mode="json"), cfg.weights.model_dump(mode="json")
+
+    def train(policy: PolicyRef, harness: HarnessRef, cap: int) -> Any:
+        return grpo_update.with_options(**opts)(
+            policy, base, harness, suite_cfg, weights_cfg, cfg.seed, iteration, generation, cap, out_dir, population
         )
-        h.lineage.log_harness(
-            child,
-            state.harness.sha,
-            state.harness.text,
-            name=state.harness.load().name,
-            parent_sha=state.harness.parent,
-            status="trained-against",
-            score=state.metric,
-        )
-        model_id = h.lineage.log_checkpoint(
-            child,
-            Path(ckpt["path"]),
-            checkpoint_id=ckpt["id"],
-            harness_sha=ckpt["harness_sha"],
-            parent_checkpoint_id=ckpt["parent_id"],
-            step=ckpt["step"],
-        )
-        h.archive.put_checkpoint(ckpt["id"], h.run_id, ckpt["path"], ckpt["harness_sha"], mlflow_model_id=model_id)
-        h.lineage.log_metric_history(
-            child,
-            [
-                (
-                    s["step"],
-                    {
-                        "reward": s["reward_mean"],
-                        "reward_std": s["reward_std"],
-                        "frac_zero_std": s["frac_zero_std_groups"],
-                    },
-                )
-                for s in out.steps
-            ],
-        )
-    return out.policy, state.harness, False
+
+    return TaskWeightsLeg(train, cfg.rollout.val_problems, rec)
 
 
 def _harness_leg(
-    h: RunHandles,
-    cfg: Any,
-    iteration: int,
-    state: IterState,
-    bud: Budget,
-    suite_cfg: dict[str, Any],
-    opts: dict[str, Any],
-    child: str,
-    archive: Any,
-    leg_id: int,
-    as_of: Any,
-) -> tuple[PolicyRef, HarnessRef, bool]:
+    h: RunHandles, cfg: Any, iteration: int, state: IterState, opts: dict[str, Any], rec: Recorder
+) -> HarnessLeg:
+    """This iteration's harness leg: proposals from the cached ``propose-harness`` task, candidate blocks scored by
+    the cached ``score-harness`` task (inline, or fanned out on the flow's task runner)."""
     from tasks.runtime import suite_of
 
     incumbent = state.harness.load()
     restrict = frozenset({"instruction"}) if cfg.mode == "prompt-weights" else None
-    search = cfg.search.model_dump(mode="json")
-
+    suite_cfg = cfg.suite.model_dump(mode="json")
     score = score_harness.with_options(**opts)
 
     def roll_many(jobs: list[tuple[Any, int, int]]) -> list[ScoreBlock]:
@@ -288,63 +252,7 @@ def _harness_leg(
         futures = [score.submit(*a) for a in args]
         return [f.result() for f in futures]
 
-    res = run_harness_leg(
-        policy=None,
-        policy_id=state.policy.checkpoint_id,
-        incumbent=incumbent,
-        suite=suite_of(suite_cfg),
-        cfg=cfg.search,
-        archive=archive,
-        run_id=h.run_id,
-        leg_id=leg_id,
-        iteration=iteration,
-        seed=cfg.seed,
-        traces_dir=h.run_dir / "traces",
-        batch_size=cfg.rollout.batch_size,
-        budget=bud,
-        restrict_to=restrict,
-        proposer=_TaskProposer(search, cfg.seed + iteration, incumbent, restrict, opts),
-        roll_many=roll_many,
-        as_of=as_of,
-    )
-    if not isinstance(archive, ReplayArchive):
-        scores = {c.sha: c.score for c in res.candidates if c.sha}
-        h.lineage.log_harness(
-            child,
-            incumbent.sha,
-            incumbent.text,
-            name=incumbent.name,
-            parent_sha=incumbent.parent,
-            status="incumbent",
-            score=res.incumbent_score,
-        )
-        for cand in h.archive.candidates(h.run_id, leg_id=leg_id):
-            text = cand.text
-            if text is None and cand.harness_sha:
-                found = h.archive.find_harness(cand.harness_sha)
-                text = found.text if found else None
-            if not text:
-                continue
-            sha = cand.harness_sha or hashlib.sha256(text.encode()).hexdigest()
-            h.lineage.log_harness(
-                child,
-                sha,
-                text,
-                name=sha[:12],
-                parent_sha=cand.parent_sha,
-                status=cand.status,
-                score=scores.get(sha),
-                reason=cand.reason,
-            )
-        h.lineage.log_metrics(
-            child,
-            {
-                "candidates": float(sum(c.status != "incumbent" for c in res.candidates)),
-                "rejected": float(sum(c.status == "rejected" for c in res.candidates)),
-                "winner_score": float(res.winner_score if res.winner_score is not None else -1.0),
-                "incumbent_score": float(res.incumbent_score),
-            },
-            step=iteration,
-        )
-    new = HarnessRef.of(res.incumbent_out) if res.accepted else state.harness
-    return state.policy, new, res.accepted
+    options = HarnessLegOptions(cfg.search, cfg.seed, h.run_dir / "traces", cfg.rollout.batch_size, restrict)
+    search = cfg.search.model_dump(mode="json")
+    proposer = _TaskProposer(search, cfg.seed + iteration, incumbent, restrict, opts)
+    return HarnessLeg(options, suite_of(suite_cfg), rec, proposer=proposer, roll_many=roll_many)

@@ -29,6 +29,7 @@ from whale_core.config import WhaleConfig
 from whale_core.harness import Harness
 from whale_core.legs.budget import Budget
 from whale_core.legs.schedule import LegOutcome
+from whale_core.records.recorder import Recorder
 from whale_core.records.refs import HarnessRef, PolicyRef
 from whale_core.science.report import TestScores, write_report
 
@@ -73,105 +74,127 @@ def whale_run(
     cfg = WhaleConfig.model_validate(config)
     h = RunHandles.open(run_id, cfg)
     h.archive.update_run(run_id, status="running")
-    suite_cfg = cfg.suite.model_dump(mode="json")
     base = PolicyRef.base(cfg.model.name, cfg.model.device)
     h0 = HarnessRef.of(seed_harness(cfg))
-    traces = str(h.run_dir / "traces")
     bud = Budget.from_config(cfg.budget)
     try:
         ev0 = rollout_task.with_options(task_run_name="rollout-init")(
-            base, h0, suite_cfg, "val", cfg.rollout.val_problems, cfg.seed, cfg.rollout.batch_size, traces
-        )
+            base, h0, cfg.suite.model_dump(mode="json"), "val", cfg.rollout.val_problems, cfg.seed,
+            cfg.rollout.batch_size, str(h.run_dir / "traces"),
+        )  # fmt: skip
         bud.charge("eval", ev0.completions)
-        state = IterState(base, h0, ev0.score, 0)
-        history: list[LegOutcome] = []
-        for i in range(cfg.iterations):
-            if bud.remaining("weights") <= 0:
-                h.archive.ensure_decision(run_id, i, "stop", "rollout budget spent", {"budget": bud.to_dict()})
-                break
-            with heartbeats():
-                res = block_ascent_iteration.with_options(task_runner=task_runner(cfg))(
-                    run_id,
-                    config,
-                    i,
-                    state,
-                    base,
-                    history,
-                    bud.to_dict(),
-                    refresh=rerun_from == i,
-                    generation=generation if rerun_from == i else 0,
-                )
-            bud = Budget.from_dict(res.budget)
-            state = res.state
-            history.append(res.outcome)
-            if res.completions == 0 and not res.replayed and bud.remaining(res.outcome.leg) <= 0:
-                h.archive.ensure_decision(
-                    run_id, i, "stop", f"{res.outcome.leg} budget spent", {"budget": bud.to_dict()}
-                )
-                break
-        t0 = rollout_task.with_options(task_run_name="rollout-test-initial")(
-            base, h0, suite_cfg, "test", cfg.rollout.test_problems, cfg.seed, cfg.rollout.batch_size, traces
-        )
-        t1 = rollout_task.with_options(task_run_name="rollout-test-final")(
-            state.policy,
-            state.harness,
-            suite_cfg,
-            "test",
-            cfg.rollout.test_problems,
-            cfg.seed,
-            cfg.rollout.batch_size,
-            traces,
-        )
-        bud.charge("eval", t0.completions + t1.completions)
-        test = TestScores(initial=t0.score, final=t1.score, n=t1.n)
-        md, png = write_report(
-            h.archive,
-            run_id,
-            h.run_dir,
-            initial_metric=ev0.score,
-            test=test,
-            seed_harness=h0.load(),
-            final_harness=state.harness.load(),
-            final_checkpoint=state.policy.checkpoint_id,
-            budget=bud.to_dict(),
-        )
-        h.lineage.log_figure(h.mlflow_parent, png, "metric_curve.png")
-        h.lineage.log_text(h.mlflow_parent, md.read_text(), "report.md")
-        h.lineage.log_harness(
-            h.mlflow_parent,
-            state.harness.sha,
-            state.harness.text,
-            name=state.harness.load().name,
-            parent_sha=state.harness.parent,
-            status="final",
-            score=state.metric,
-        )
-        h.lineage.log_metrics(
-            h.mlflow_parent, {"test_initial": test.initial, "test_final": test.final, "budget_spent": float(bud.spent)}
-        )
-        summary = {
-            "run_id": run_id,
-            "mode": cfg.mode,
-            "test_initial": test.initial,
-            "test_final": test.final,
-            "test_n": test.n,
-            "val_initial": ev0.score,
-            "val_final": state.metric,
-            "report": str(md),
-            "final_harness": state.harness.sha,
-            "final_checkpoint": state.policy.checkpoint_id,
-            "budget": bud.to_dict(),
-            "iterations": len(history),
-            "legs": [o.leg for o in history],
-            "mlflow_run_id": h.mlflow_parent,
-        }
-        (h.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        state, bud, history = _iterate(h, config, IterState(base, h0, ev0.score, 0), base, bud, rerun_from, generation)
+        summary = _finish(h, base, h0, ev0.score, state, bud, history)
         h.archive.update_run(run_id, status="finished")
         h.lineage.end(h.mlflow_parent)
         return summary
     except BaseException:
         h.archive.update_run(run_id, status="failed")
         raise
+
+
+def _iterate(
+    h: RunHandles,
+    config: dict[str, Any],
+    state: IterState,
+    base: PolicyRef,
+    bud: Budget,
+    rerun_from: int | None,
+    generation: int,
+) -> tuple[IterState, Budget, list[LegOutcome]]:
+    """Block-ascent iterations (one subflow each) until the iteration cap, or a spent budget (recorded as a
+    ``stop`` decision); returns the pair reached, the budget left and each iteration's outcome."""
+    cfg, run_id = h.cfg, h.run_id
+    history: list[LegOutcome] = []
+    for i in range(cfg.iterations):
+        if bud.remaining("weights") <= 0:
+            h.archive.ensure_decision(run_id, i, "stop", "rollout budget spent", {"budget": bud.to_dict()})
+            break
+        with heartbeats():
+            res = block_ascent_iteration.with_options(task_runner=task_runner(cfg))(
+                run_id,
+                config,
+                i,
+                state,
+                base,
+                history,
+                bud.to_dict(),
+                refresh=rerun_from == i,
+                generation=generation if rerun_from == i else 0,
+            )
+        bud = Budget.from_dict(res.budget)
+        state = res.state
+        history.append(res.outcome)
+        if res.completions == 0 and not res.replayed and bud.remaining(res.outcome.leg) <= 0:
+            h.archive.ensure_decision(run_id, i, "stop", f"{res.outcome.leg} budget spent", {"budget": bud.to_dict()})
+            break
+    return state, bud, history
+
+
+def _finish(
+    h: RunHandles,
+    base: PolicyRef,
+    h0: HarnessRef,
+    val_initial: float,
+    state: IterState,
+    bud: Budget,
+    history: list[LegOutcome],
+) -> dict[str, Any]:
+    """The run's end: the initial and the final pair on the test split, the report (recorded with the final
+    harness and the test scores) and ``summary.json``; returns the summary."""
+    cfg, run_id = h.cfg, h.run_id
+    suite_cfg, traces = cfg.suite.model_dump(mode="json"), str(h.run_dir / "traces")
+    t0 = rollout_task.with_options(task_run_name="rollout-test-initial")(
+        base, h0, suite_cfg, "test", cfg.rollout.test_problems, cfg.seed, cfg.rollout.batch_size, traces
+    )
+    t1 = rollout_task.with_options(task_run_name="rollout-test-final")(
+        state.policy,
+        state.harness,
+        suite_cfg,
+        "test",
+        cfg.rollout.test_problems,
+        cfg.seed,
+        cfg.rollout.batch_size,
+        traces,
+    )
+    bud.charge("eval", t0.completions + t1.completions)
+    test = TestScores(initial=t0.score, final=t1.score, n=t1.n)
+    md, png = write_report(
+        h.archive,
+        run_id,
+        h.run_dir,
+        initial_metric=val_initial,
+        test=test,
+        seed_harness=h0.load(),
+        final_harness=state.harness.load(),
+        final_checkpoint=state.policy.checkpoint_id,
+        budget=bud.to_dict(),
+    )
+    Recorder(h.archive, h.lineage, run_id=run_id, mlflow_parent=h.mlflow_parent).run_end(
+        md,
+        png,
+        state.harness,
+        state.metric,
+        {"test_initial": test.initial, "test_final": test.final, "budget_spent": float(bud.spent)},
+    )
+    summary = {
+        "run_id": run_id,
+        "mode": cfg.mode,
+        "test_initial": test.initial,
+        "test_final": test.final,
+        "test_n": test.n,
+        "val_initial": val_initial,
+        "val_final": state.metric,
+        "report": str(md),
+        "final_harness": state.harness.sha,
+        "final_checkpoint": state.policy.checkpoint_id,
+        "budget": bud.to_dict(),
+        "iterations": len(history),
+        "legs": [o.leg for o in history],
+        "mlflow_run_id": h.mlflow_parent,
+    }
+    (h.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
 
 
 def _top_level_run(run_id: str, config: dict[str, Any], **kwargs: Any) -> dict[str, Any]:

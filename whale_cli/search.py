@@ -43,8 +43,9 @@ def search_cmd(
     setup_offline_env()
     from rich.table import Table
 
-    from whale_core.legs.harness_leg import SearchConfig, run_harness_leg
+    from whale_core.legs.harness_leg import HarnessLeg, HarnessLegOptions, SearchConfig
     from whale_core.records.archive import Archive
+    from whale_core.records.recorder import Recorder
 
     s = load_suite(suite, data, seed)
     h = load_harness(harness, s)
@@ -55,20 +56,12 @@ def search_cmd(
     run = archive.create_run(name=out_dir.name, mode="search", config={"search": cfg.model_dump(), "suite": suite})
     con = console()
     with con.status("harness leg…") as status:
-        res = run_harness_leg(
-            policy=policy,
-            incumbent=h,
-            suite=s,
-            cfg=cfg,
-            archive=archive,
-            run_id=run.id,
-            leg_id=None,
-            iteration=0,
-            seed=seed,
-            traces_dir=out_dir / "traces",
-            restrict_to=frozenset({"instruction"}) if prompt_only else None,
-            progress=lambda msg: status.update(msg),
+        restrict = frozenset({"instruction"}) if prompt_only else None
+        options = HarnessLegOptions(cfg, seed, out_dir / "traces", restrict_to=restrict)
+        leg = HarnessLeg(
+            options, s, Recorder(archive, run_id=run.id), policy=policy, progress=lambda msg: status.update(msg)
         )
+        res = leg.search(run_id=run.id, iteration=0, incumbent=h, policy_id=str(policy.policy_id))
     archive.update_run(run.id, status="finished")
     table = Table(title=f"harness leaderboard ({suite}, val, policy {policy.policy_id[:10]})")
     for col in ("", "harness", "sha", "status", "score", "n", "prompt tok/problem"):

@@ -1,6 +1,7 @@
 """The harness leg: with the policy frozen, propose candidate harnesses, score them, keep the best only if it wins.
 
-One leg (`run_harness_leg`):
+One leg (`HarnessLeg`, the `Leg` of this kind; its settings are a `HarnessLegOptions`; `run_harness_leg` is the same
+leg called with keyword arguments):
 
 1. Score the incumbent on the largest validation subset (reused from the archive when this policy already scored it).
 2. Build the proposer's context: suite description, format reference, the incumbent, the archive's top harnesses
@@ -14,121 +15,43 @@ One leg (`run_harness_leg`):
 
 Every rollout is charged to the budget (``harness`` kind) and recorded as an evaluation in the archive, with its
 traces on disk. Scores are cached per (harness sha, policy id): promoting a candidate to a larger subset only rolls
-out the problems it has not seen (`whale_core.legs.scoring`).
+out the problems it has not seen (`whale_core.legs.scoring`). Records go through the leg's `Recorder`: the archive
+as the leg goes, the MLflow mirror of the leg in one call at its end.
 """
 
 from __future__ import annotations
 
-import itertools
-import random
+import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
 from whale_core.harness import Harness
 from whale_core.legs.budget import Budget
+from whale_core.legs.harness_config import SearchConfig, ServedConfig, make_proposer
+from whale_core.legs.harness_context import proposal_context
+from whale_core.legs.leg import LegKind, LegResult, LegStart
 from whale_core.legs.scoring import BudgetStop, RollMany, ScoreBlock, Scorer, score_block, validation_order
 from whale_core.legs.selection import PairedResult, paired_test, pareto_front, successive_halving
-from whale_core.proposers.base import (
-    FORMAT_REFERENCE,
-    ArchiveEntry,
-    FailingTrace,
-    Proposal,
-    ProposalContext,
-    Proposer,
-    ProposerUnavailable,
-    check_candidate,
-)
+from whale_core.proposers.base import Proposal, ProposalContext, Proposer, ProposerUnavailable, check_candidate
 from whale_core.records.archive import Archive
+from whale_core.records.recorder import LoggedCandidate, Recorder
+from whale_core.records.refs import HarnessRef
 from whale_core.suites.base import Suite
 
-
-class ServedConfig(BaseModel):
-    """The ``served:`` proposer's knobs (a local model WHALE serves itself; `whale_core.proposers.served`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    context_tokens: int = Field(2500, ge=200, description="prompt tokens per request, by the model's tokenizer")
-    max_tokens: int = Field(400, ge=64, le=4096, description="reply tokens per request (one candidate each)")
-    temperature: float = Field(0.7, ge=0.0, le=2.0)
-    timeout: float = Field(600.0, gt=0, description="seconds per request (a small model on a busy CPU is slow)")
-    start_timeout: float = Field(300.0, gt=0, description="seconds for the server's first healthy answer")
-    device: str = Field("cpu", description="the server's --device: cpu, cuda, cuda:0, auto")
-
-
-class SearchConfig(BaseModel):
-    """The harness leg's knobs. ``proposer`` is ``mutate`` (offline), ``served:DIR`` / ``served:NAME`` (a local chat
-    model that WHALE serves and stops itself, see ``served``) or a litellm model string such as
-    ``openai/gpt-4o-mini``, ``anthropic/claude-sonnet-4-5``, ``ollama/llama3`` (with ``api_base`` for an
-    OpenAI-compatible server). API keys come from the environment only (``api_key_env`` names a custom variable)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    proposer: str = "mutate"
-    api_base: str | None = None
-    api_key_env: str | None = None
-    candidates: int = Field(8, ge=1, le=64, description="candidates proposed per harness leg")
-    rounds: list[int] = Field(default_factory=lambda: [40, 100, 200], description="successive-halving subset sizes")
-    keep_fraction: float = Field(0.5, gt=0.0, lt=1.0, description="share of candidates kept per halving round")
-    z: float = Field(1.645, ge=0.0, description="standard errors a winner must clear (paired test)")
-    min_delta: float = Field(0.0, ge=0.0, le=1.0)
-    archive_top: int = Field(8, ge=0, le=100, description="prior harnesses shown to the proposer")
-    failing_traces: int = Field(8, ge=0, le=100)
-    context_tokens: int = Field(6000, ge=500)
-    timeout: float = Field(60.0, gt=0)
-    num_retries: int = Field(2, ge=0, le=10)
-    max_ops: int = Field(2, ge=1, le=6, description="mutate: operators applied per candidate")
-    served: ServedConfig = Field(default_factory=ServedConfig)
-
-    @field_validator("rounds")
-    @classmethod
-    def _rounds_increasing(cls, v: list[int]) -> list[int]:
-        if not v or any(n < 1 for n in v) or any(b <= a for a, b in itertools.pairwise(v)):
-            raise ValueError(
-                "rounds must be a non-empty, strictly increasing list of positive sizes, e.g. [40, 100, 200]"
-            )
-        return v
-
-
-def make_proposer(cfg: SearchConfig, seed: int) -> Proposer:
-    """The proposer a config names."""
-    if cfg.proposer == "mutate":
-        from whale_core.proposers.mutate import MutateProposer
-
-        return MutateProposer(seed=seed, max_ops=cfg.max_ops)
-    if cfg.proposer.startswith("served:"):
-        from whale_core.proposers.serve import resolve_served_model
-        from whale_core.proposers.served import ServedProposer
-
-        s = cfg.served
-        return ServedProposer(
-            resolve_served_model(cfg.proposer.removeprefix("served:")),
-            temperature=s.temperature,
-            timeout=s.timeout,  # no retries: a local server that timed out or died is not helped by asking again
-            context_tokens=s.context_tokens,
-            max_tokens=s.max_tokens,
-            device=s.device,
-            start_timeout=s.start_timeout,
-        )
-    if "/" not in cfg.proposer:
-        raise ValueError(
-            f"search.proposer {cfg.proposer!r}: use 'mutate', 'served:/path/to/hf-model-dir' (or served:NAME) or a "
-            "litellm model string like 'openai/gpt-4o-mini'"
-        )
-    from whale_core.proposers.llm import LLMProposer
-
-    return LLMProposer(
-        model=cfg.proposer,
-        api_base=cfg.api_base,
-        timeout=cfg.timeout,
-        num_retries=cfg.num_retries,
-        context_tokens=cfg.context_tokens,
-        api_key_env=cfg.api_key_env,
-    )
+__all__ = [
+    "CandidateOutcome",
+    "HarnessLeg",
+    "HarnessLegOptions",
+    "HarnessLegResult",
+    "SearchConfig",
+    "ServedConfig",
+    "make_proposer",
+    "run_harness_leg",
+]
 
 
 @dataclass(frozen=True)
@@ -155,6 +78,15 @@ class HarnessLegResult:
     reason: str
     proposer_usage: dict[str, float] = field(default_factory=dict)
 
+    def metrics(self) -> dict[str, float]:
+        """The leg's own figures (logged on its MLflow run)."""
+        return {
+            "candidates": float(sum(c.status != "incumbent" for c in self.candidates)),
+            "rejected": float(sum(c.status == "rejected" for c in self.candidates)),
+            "winner_score": float(self.winner_score if self.winner_score is not None else -1.0),
+            "incumbent_score": float(self.incumbent_score),
+        }
+
     def leaderboard(self) -> list[dict[str, Any]]:
         """Scored candidates and the incumbent, best first, with the score-vs-prompt-tokens Pareto flags."""
         scored = sorted((c for c in self.candidates if c.score is not None), key=lambda c: -(c.score or 0.0))
@@ -173,92 +105,295 @@ class HarnessLegResult:
         ]
 
 
-def archive_entries(
-    archive: Archive, run_id: str, policy_id: str, *, exclude: str, top: int, as_of: datetime | None
-) -> list[ArchiveEntry]:
-    """What the proposer sees of the past: the ``top`` harnesses by validation score *under this policy* (largest
-    subset per harness) and the latest ``top`` rejections with reasons — only records created before ``as_of``, so
-    a resumed or rerun leg sees exactly what its first attempt saw."""
+@dataclass(frozen=True)
+class HarnessLegOptions:
+    """A harness leg's settings: the ``search:`` config, the run's seed, where its traces go, the rollout batch
+    size, and the fields a candidate may change (``{"instruction"}`` in prompt-weights mode; None: any)."""
 
-    def before(t: datetime) -> bool:
-        return as_of is None or t.replace(tzinfo=None) < as_of.replace(tzinfo=None)
+    search: SearchConfig
+    seed: int
+    traces_dir: Path
+    batch_size: int = 64
+    restrict_to: frozenset[str] | None = None
 
-    best: dict[str, Any] = {}
-    for ev in archive.evaluations(run_id, checkpoint_id=policy_id, split="val"):
-        if before(ev.created) and ev.harness_sha != exclude:
-            cur = best.get(ev.harness_sha)
-            if cur is None or (ev.n, ev.created) > (cur.n, cur.created):
-                best[ev.harness_sha] = ev
-    cands = [c for c in archive.candidates(run_id) if before(c.created)]
-    status = {c.harness_sha: c.status for c in cands if c.harness_sha}
-    ranked = sorted(best.values(), key=lambda ev: (-ev.score, ev.harness_sha))[:top]
-    entries: list[ArchiveEntry] = []
-    for ev in ranked:
-        h = archive.find_harness(ev.harness_sha)
-        if h is not None:
-            entries.append(
-                ArchiveEntry(
-                    ev.harness_sha,
-                    h.text,
-                    ev.score,
-                    ev.n,
-                    status.get(ev.harness_sha, "evaluated"),
-                    None,
-                    h.parent_sha,
-                    ev.prompt_tokens / max(ev.n, 1),
-                )
+
+class HarnessLeg:
+    """The harness leg as a `Leg` (see the module docstring). ``roll_many`` scores blocks of validation problems
+    (default: in this process, with ``policy``); ``proposer`` defaults to the one ``options.search`` names."""
+
+    kind: LegKind = "harness"
+
+    def __init__(
+        self,
+        options: HarnessLegOptions,
+        suite: Suite,
+        recorder: Recorder,
+        *,
+        proposer: Proposer | None = None,
+        roll_many: RollMany | None = None,
+        policy: Any = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.options, self.suite, self.recorder = options, suite, recorder
+        self.proposer = proposer or make_proposer(options.search, options.seed)
+        self.roll_many, self.policy = roll_many, policy
+        self.say = progress or (lambda _msg: None)
+
+    def run(self, start: LegStart) -> LegResult:
+        """One leg from ``start``: ends with the incumbent, or the candidate that beat it (``accepted``)."""
+        res = self.search(
+            run_id=start.run_id,
+            iteration=start.iteration,
+            incumbent=start.harness.load(),
+            policy_id=start.policy.checkpoint_id,
+            budget=start.budget,
+            leg_id=start.leg_id,
+            as_of=start.as_of,
+        )
+        harness = HarnessRef.of(res.incumbent_out) if res.accepted else start.harness
+        return LegResult("harness", start.policy, harness, res.completions, res.accepted, res.reason, res.metrics())
+
+    def search(
+        self,
+        *,
+        run_id: str,
+        iteration: int,
+        incumbent: Harness,
+        policy_id: str,
+        budget: Budget | None = None,
+        leg_id: int | None = None,
+        as_of: datetime | None = None,
+    ) -> HarnessLegResult:
+        """One leg with its full result (every candidate's outcome). Never raises for a bad candidate or a dead
+        proposer. Ends with the leg's MLflow mirror (`Recorder.harness_leg`)."""
+        attempt = _Attempt(self, run_id, iteration, incumbent, policy_id, budget, leg_id, as_of)
+        res = attempt.run()
+        inc = HarnessRef(incumbent.sha, incumbent.text, incumbent.parent)
+        self.recorder.harness_leg(
+            iteration, inc, incumbent.name, res.incumbent_score, attempt.logged(res), res.metrics()
+        )
+        return res
+
+
+class _Attempt:
+    """One harness leg's working state: the scorer, the valid candidates, what the archive holds of them."""
+
+    def __init__(
+        self,
+        leg: HarnessLeg,
+        run_id: str,
+        iteration: int,
+        incumbent: Harness,
+        policy_id: str,
+        budget: Budget | None,
+        leg_id: int | None,
+        as_of: datetime | None,
+    ) -> None:
+        self.leg, self.opts, self.suite = leg, leg.options, leg.suite
+        self.cfg = self.opts.search
+        self.archive = leg.recorder.archive
+        self.run_id, self.iteration, self.incumbent, self.pid = run_id, iteration, incumbent, policy_id
+        self.leg_id, self.as_of = leg_id, as_of
+        self.problems = validation_order(self.suite, self.opts.seed)
+        self.sizes = [n for n in self.cfg.rounds if n <= len(self.problems)] or [len(self.problems)]
+        self.full = self.sizes[-1]
+        self.scorer = Scorer(leg.roll_many or self._local_roll_many, len(self.problems), budget)
+        self.valid: dict[str, Harness] = {}
+        self.cand_ids: dict[str, int] = {}
+        self.outcomes: list[CandidateOutcome] = []
+        self.usage: dict[str, float] = {}
+        # the leg's proposals in proposal order, as the archive holds them: [harness_sha, text, parent, status, reason]
+        self.rows: list[list[Any]] = []
+        self.stopped: str | None = None
+
+    def _local_roll_many(self, jobs: list[tuple[Harness, int, int]]) -> list[ScoreBlock]:
+        pol, seed, batch = self.leg.policy, self.opts.seed, self.opts.batch_size
+        return [score_block(pol, h, self.suite, self.problems[i:j], batch_size=batch, seed=seed) for h, i, j in jobs]
+
+    def _result(self, reason: str, inc_score: float, *, usage: bool = True) -> HarnessLegResult:
+        """A leg that ends with the incumbent before any paired test."""
+        inc = self.incumbent
+        return HarnessLegResult(
+            inc, inc, False, inc_score, None, None, self.outcomes, self.scorer.completions, reason,
+            proposer_usage=self.usage if usage else {},
+        )  # fmt: skip
+
+    def run(self) -> HarnessLegResult:
+        inc = self.incumbent
+        self.opts.traces_dir.mkdir(parents=True, exist_ok=True)
+        self.archive.put_harness(inc.sha, inc.text, inc.name, inc.parent)
+        try:
+            inc_scores = self.scorer.score(inc, self.full)
+        except BudgetStop as stop:
+            return HarnessLegResult(inc, inc, False, float("nan"), None, None, [], 0, str(stop))
+        self._record(inc, self.full)
+        inc_score = sum(inc_scores) / len(inc_scores)
+        self.leg.say(f"incumbent {inc.name} ({inc.sha[:8]}): {inc_score:.3f} on {self.full} val problems")
+        try:
+            proposals = self.leg.proposer.propose(self._context(inc_score), self.cfg.candidates)
+        except ProposerUnavailable as exc:
+            self.leg.recorder.decide(self.iteration, "proposer-unavailable", str(exc), {})
+            return self._result(f"proposer unavailable: {exc}", inc_score, usage=False)
+        self._screen(proposals)
+        self.leg.say(f"{len(self.valid)} valid candidate(s), {len(self.outcomes)} rejected")
+        if not self.valid:  # the proposer's tokens and time were spent all the same
+            return self._result("no valid candidate", inc_score)
+        winner = self._halve()
+        return self._judge(winner, inc_scores, inc_score)
+
+    def _record(self, h: Harness, n: int) -> None:
+        """Store ``h``'s evaluation on the first ``n`` validation problems (and its traces)."""
+        sc = self.scorer
+        scores = sc.scores[h.sha][:n]
+        path = self.opts.traces_dir / f"{h.sha[:12]}-{self.pid[:16]}-val{n}.jsonl"
+        _write_traces(path, sc.traces[h.sha][:n])
+        self.archive.record_evaluation(
+            run_id=self.run_id,
+            harness_sha=h.sha,
+            checkpoint_id=self.pid,
+            split="val",
+            subset=f"first{n}@seed{self.opts.seed}",
+            score=sum(scores) / len(scores),
+            n=n,
+            completions=n * h.spec.inference.samples,
+            prompt_tokens=int(sum(sc.tokens[h.sha][:n])),
+            completion_tokens=int(sum(t.get("completion_tokens", 0) for t in sc.traces[h.sha][:n])),
+            traces_path=str(path),
+        )
+
+    def _context(self, inc_score: float) -> ProposalContext:
+        inc, sc = self.incumbent, self.scorer
+        return proposal_context(
+            self.suite, inc, inc_score, self.full, sc.prompt_tokens(inc.sha), sc.traces[inc.sha], self.archive,
+            self.run_id, self.pid, self.cfg, self.opts.restrict_to, self.opts.seed, self.iteration, self.as_of,
+        )  # fmt: skip
+
+    def _screen(self, proposals: Sequence[Proposal]) -> None:
+        """Record every proposal: invalid ones, duplicates and restriction violations as rejected (with the reason),
+        the rest as proposed; the latter become ``valid``."""
+        inc, restrict = self.incumbent, self.opts.restrict_to
+        for p in proposals:
+            for key, value in p.usage.items():
+                self.usage[key] = self.usage.get(key, 0.0) + float(value)
+            h = p.harness
+            reason = p.reason
+            if p.status == "valid" and h is not None and (h.sha in self.valid or h.sha == inc.sha):
+                reason, h = "duplicate of another candidate or the incumbent", None
+            if h is not None and restrict is not None:  # enforced here too: a custom proposer may ignore it
+                checked = check_candidate(h.text, inc, restrict, p.proposer, parent=h.parent)
+                if checked.status != "valid":
+                    reason, h = checked.reason, None
+            if p.status != "valid" or h is None:
+                if p.harness is not None:  # a valid harness rejected here (duplicate, restriction): keep its text
+                    self.archive.put_harness(p.harness.sha, p.harness.text, p.harness.name, p.harness.parent)
+                self.archive.add_candidate(
+                    run_id=self.run_id, leg_id=self.leg_id, harness_sha=p.sha, parent_sha=inc.sha,
+                    proposer=p.proposer, status="rejected", reason=reason, text=p.text,
+                )  # fmt: skip
+                text = p.harness.text if p.harness is not None else p.text
+                self.rows.append([p.sha, text, inc.sha, "rejected", reason or ""])
+                self.outcomes.append(CandidateOutcome(p.sha, None, "rejected", reason))
+                continue
+            self.archive.put_harness(h.sha, h.text, h.name, h.parent)
+            self.cand_ids[h.sha] = self.archive.add_candidate(
+                run_id=self.run_id, leg_id=self.leg_id, harness_sha=h.sha, parent_sha=h.parent,
+                proposer=p.proposer, status="proposed", reason=None,
+            ).id  # fmt: skip
+            self.rows.append([h.sha, h.text, h.parent, "proposed", ""])
+            self.valid[h.sha] = h
+
+    def _pad(self, sha: str, n: int) -> list[float]:
+        have = self.scorer.scores.get(sha, [])[:n]
+        return have + [0.0] * (n - len(have))
+
+    def _halve(self) -> Harness:
+        """Successive halving over the valid candidates; a spent budget ends the scoring (``stopped``) and the rest
+        count as zeros. Stores every candidate's evaluation; returns the round winner."""
+
+        def score_fn(sha: str, n: int) -> list[float]:
+            if self.stopped:
+                return self._pad(sha, n)
+            try:
+                return self.scorer.score(self.valid[sha], n)
+            except BudgetStop as stop:
+                self.stopped = str(stop)
+                return self._pad(sha, n)
+
+        def prefetch(alive: list[str], n: int) -> None:
+            if self.stopped:
+                return
+            try:
+                self.scorer.ensure([self.valid[sha] for sha in alive], n)
+            except BudgetStop as stop:
+                self.stopped = str(stop)
+
+        halving = successive_halving(
+            list(self.valid), score_fn, self.sizes, keep_fraction=self.cfg.keep_fraction, prefetch=prefetch
+        )
+        for sha, h in self.valid.items():
+            n = len(self.scorer.scores.get(sha, []))
+            if n:
+                self._record(h, n)
+        return self.valid[halving.winner]
+
+    def _judge(self, winner: Harness, inc_scores: list[float], inc_score: float) -> HarnessLegResult:
+        """The paired test of the winner against the incumbent; every candidate's final status; the decision."""
+        inc, sc, stopped = self.incumbent, self.scorer, self.stopped
+        n_win = min(len(sc.scores.get(winner.sha, [])), self.full)
+        paired = (
+            paired_test(inc_scores[:n_win], sc.scores[winner.sha][:n_win], z=self.cfg.z, min_delta=self.cfg.min_delta)
+            if n_win
+            else None
+        )
+        accepted = bool(paired and paired.accept and not stopped)
+        final: dict[str, tuple[str, str]] = {}
+        for sha, h in self.valid.items():
+            scores = sc.scores.get(sha, [])
+            status: Literal["accepted", "lost"] = "accepted" if accepted and sha == winner.sha else "lost"
+            reason = paired.reason if (sha == winner.sha and paired) else "eliminated in successive halving"
+            if stopped and not scores:
+                reason = stopped
+            self.archive.set_candidate_status(self.cand_ids[sha], status, reason)
+            final[sha] = (status, reason)
+            mean = sum(scores) / len(scores) if scores else None
+            self.outcomes.append(
+                CandidateOutcome(sha, h.name, status, reason, mean, len(scores), sc.prompt_tokens(sha))
             )
-    rejected = [c for c in cands if c.status == "rejected"][-top:] if top else []
-    for rej in rejected:
-        entries.append(
-            ArchiveEntry(rej.harness_sha or "", rej.text or "", None, 0, "rejected", rej.reason, rej.parent_sha, None)
+        for row in self.rows:
+            if row[3] == "proposed":
+                row[3], row[4] = final[row[0]]
+        self.outcomes.insert(
+            0, CandidateOutcome(inc.sha, inc.name, "incumbent", None, inc_score, self.full, sc.prompt_tokens(inc.sha))
         )
-    return entries
-
-
-def _context(
-    suite: Suite,
-    incumbent: Harness,
-    inc_score: float,
-    inc_n: int,
-    inc_tokens: float | None,
-    inc_traces: Sequence[dict[str, Any]],
-    archive: Archive,
-    run_id: str,
-    policy_id: str,
-    cfg: SearchConfig,
-    restrict_to: frozenset[str] | None,
-    seed: int,
-    iteration: int,
-    as_of: datetime | None,
-) -> ProposalContext:
-    entries = archive_entries(archive, run_id, policy_id, exclude=incumbent.sha, top=cfg.archive_top, as_of=as_of)
-    failing = [t for t in inc_traces if float(t["score"]) < 1.0]
-    random.Random(f"traces-{seed}-{iteration}").shuffle(failing)
-    traces = [
-        FailingTrace(
-            problem_id=str(t["problem_id"]),
-            prompt=str(t["prompt"]),
-            completion=t["completions"][0] if t["completions"] else "",
-            parsed=t["answer"],
-            gold=str(t["gold"]),
-            error=t["error"],
+        win_scores = sc.scores[winner.sha][:n_win]
+        why = (paired.reason if paired else "winner has no scores") + (f"; {stopped}" if stopped else "")
+        self.leg.recorder.decide(
+            self.iteration, "accept" if accepted else "reject", why, {"winner": winner.sha, "incumbent": inc.sha}
         )
-        for t in failing[: cfg.failing_traces]
-    ]
-    inc_entry = ArchiveEntry(
-        incumbent.sha, incumbent.text, inc_score, inc_n, "incumbent", None, incumbent.parent, inc_tokens
-    )
-    return ProposalContext(
-        suite_description=suite.description,
-        format_reference=FORMAT_REFERENCE,
-        incumbent=inc_entry,
-        archive=entries,
-        failing_traces=traces,
-        restrict_to=restrict_to,
-        seed=seed,
-        iteration=iteration,
-    )
+        return HarnessLegResult(
+            incumbent_in=inc,
+            incumbent_out=winner if accepted else inc,
+            accepted=accepted,
+            incumbent_score=inc_score,
+            winner_score=sum(win_scores) / len(win_scores) if win_scores else None,
+            paired=paired,
+            candidates=self.outcomes,
+            completions=sc.completions,
+            reason=why,
+            proposer_usage=self.usage,
+        )
+
+    def logged(self, res: HarnessLegResult) -> list[LoggedCandidate]:
+        """The leg's proposals as its MLflow mirror records them: proposal order, final status, the score its
+        outcome reports (by sha; the last outcome of a sha wins), proposals without any text left out."""
+        scores = {c.sha: c.score for c in res.candidates if c.sha}
+        out: list[LoggedCandidate] = []
+        for harness_sha, text, parent, status, reason in self.rows:
+            if not text:
+                continue
+            sha = harness_sha or hashlib.sha256(text.encode()).hexdigest()
+            out.append(LoggedCandidate(sha, text, parent, status, scores.get(sha), reason))
+        return out
 
 
 def run_harness_leg(
@@ -282,210 +417,20 @@ def run_harness_leg(
     as_of: datetime | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> HarnessLegResult:
-    """Run one harness leg (see the module docstring). Never raises for a bad candidate or a dead proposer."""
-    say = progress or (lambda _msg: None)
+    """`HarnessLeg` in one call with keyword arguments, its records in ``archive`` (no MLflow mirror)."""
+    options = HarnessLegOptions(cfg, seed, traces_dir, batch_size, restrict_to)
+    leg = HarnessLeg(
+        options, suite, Recorder(archive, run_id=run_id), proposer=proposer, roll_many=roll_many, policy=policy,
+        progress=progress,
+    )  # fmt: skip
     pid = policy_id or str(policy.policy_id)
-    problems = validation_order(suite, seed)
-    sizes = [n for n in cfg.rounds if n <= len(problems)] or [len(problems)]
-    full = sizes[-1]
-    traces_dir.mkdir(parents=True, exist_ok=True)
-
-    def local_roll_many(jobs: list[tuple[Harness, int, int]]) -> list[ScoreBlock]:
-        return [score_block(policy, h, suite, problems[i:j], batch_size=batch_size, seed=seed) for h, i, j in jobs]
-
-    scorer = Scorer(roll_many or local_roll_many, len(problems), budget)
-    proposer = proposer or make_proposer(cfg, seed)
-
-    def record(h: Harness, n: int) -> None:
-        scores = scorer.scores[h.sha][:n]
-        path = traces_dir / f"{h.sha[:12]}-{pid[:16]}-val{n}.jsonl"
-        _write_traces(path, scorer.traces[h.sha][:n])
-        archive.record_evaluation(
-            run_id=run_id,
-            harness_sha=h.sha,
-            checkpoint_id=pid,
-            split="val",
-            subset=f"first{n}@seed{seed}",
-            score=sum(scores) / len(scores),
-            n=n,
-            completions=n * h.spec.inference.samples,
-            prompt_tokens=int(sum(scorer.tokens[h.sha][:n])),
-            completion_tokens=int(sum(t.get("completion_tokens", 0) for t in scorer.traces[h.sha][:n])),
-            traces_path=str(path),
-        )
-
-    archive.put_harness(incumbent.sha, incumbent.text, incumbent.name, incumbent.parent)
-    try:
-        inc_scores = scorer.score(incumbent, full)
-    except BudgetStop as stop:
-        return HarnessLegResult(incumbent, incumbent, False, float("nan"), None, None, [], 0, str(stop))
-    record(incumbent, full)
-    inc_score = sum(inc_scores) / len(inc_scores)
-    say(f"incumbent {incumbent.name} ({incumbent.sha[:8]}): {inc_score:.3f} on {full} val problems")
-
-    ctx = _context(
-        suite,
-        incumbent,
-        inc_score,
-        full,
-        scorer.prompt_tokens(incumbent.sha),
-        scorer.traces[incumbent.sha],
-        archive,
-        run_id,
-        pid,
-        cfg,
-        restrict_to,
-        seed,
-        iteration,
-        as_of,
-    )
-    outcomes: list[CandidateOutcome] = []
-    usage: dict[str, float] = {}
-    try:
-        proposals: list[Proposal] = proposer.propose(ctx, cfg.candidates)
-    except ProposerUnavailable as exc:
-        archive.add_decision(
-            run_id=run_id, iteration=iteration, kind="proposer-unavailable", reason=str(exc), payload={}
-        )
-        return HarnessLegResult(
-            incumbent, incumbent, False, inc_score, None, None, [], scorer.completions, f"proposer unavailable: {exc}"
-        )
-
-    valid: dict[str, Harness] = {}
-    cand_ids: dict[str, int] = {}
-    for p in proposals:
-        for key, value in p.usage.items():
-            usage[key] = usage.get(key, 0.0) + float(value)
-        h = p.harness
-        reason = p.reason
-        if p.status == "valid" and h is not None and (h.sha in valid or h.sha == incumbent.sha):
-            reason, h = "duplicate of another candidate or the incumbent", None
-        if h is not None and restrict_to is not None:  # enforced here too: a custom proposer may ignore it
-            checked = check_candidate(h.text, incumbent, restrict_to, p.proposer, parent=h.parent)
-            if checked.status != "valid":
-                reason, h = checked.reason, None
-        if p.status != "valid" or h is None:
-            if p.harness is not None:  # a valid harness rejected here (duplicate, restriction): keep its text
-                archive.put_harness(p.harness.sha, p.harness.text, p.harness.name, p.harness.parent)
-            archive.add_candidate(
-                run_id=run_id,
-                leg_id=leg_id,
-                harness_sha=p.sha,
-                parent_sha=incumbent.sha,
-                proposer=p.proposer,
-                status="rejected",
-                reason=reason,
-                text=p.text,
-            )
-            outcomes.append(CandidateOutcome(p.sha, None, "rejected", reason))
-            continue
-        archive.put_harness(h.sha, h.text, h.name, h.parent)
-        cand_ids[h.sha] = archive.add_candidate(
-            run_id=run_id,
-            leg_id=leg_id,
-            harness_sha=h.sha,
-            parent_sha=h.parent,
-            proposer=p.proposer,
-            status="proposed",
-            reason=None,
-        ).id
-        valid[h.sha] = h
-    say(f"{len(valid)} valid candidate(s), {len(outcomes)} rejected")
-
-    if not valid:
-        return HarnessLegResult(
-            incumbent,
-            incumbent,
-            False,
-            inc_score,
-            None,
-            None,
-            outcomes,
-            scorer.completions,
-            "no valid candidate",
-            proposer_usage=usage,  # the proposer's tokens and time were spent all the same
-        )
-
-    stopped: str | None = None
-
-    def score_fn(sha: str, n: int) -> list[float]:
-        nonlocal stopped
-        if stopped:
-            have = scorer.scores.get(sha, [])[:n]
-            return have + [0.0] * (n - len(have))
-        try:
-            return scorer.score(valid[sha], n)
-        except BudgetStop as stop:
-            stopped = str(stop)
-            have = scorer.scores.get(sha, [])[:n]
-            return have + [0.0] * (n - len(have))
-
-    def prefetch(alive: list[str], n: int) -> None:
-        nonlocal stopped
-        if stopped:
-            return
-        try:
-            scorer.ensure([valid[sha] for sha in alive], n)
-        except BudgetStop as stop:
-            stopped = str(stop)
-
-    halving = successive_halving(list(valid), score_fn, sizes, keep_fraction=cfg.keep_fraction, prefetch=prefetch)
-    winner = valid[halving.winner]
-    n_win = min(len(scorer.scores.get(winner.sha, [])), full)
-    for sha, h in valid.items():
-        n = len(scorer.scores.get(sha, []))
-        if n:
-            record(h, n)
-    paired = (
-        paired_test(inc_scores[:n_win], scorer.scores[winner.sha][:n_win], z=cfg.z, min_delta=cfg.min_delta)
-        if n_win
-        else None
-    )
-    accepted = bool(paired and paired.accept and not stopped)
-    for sha, h in valid.items():
-        sc = scorer.scores.get(sha, [])
-        status: Literal["accepted", "lost"] = "accepted" if accepted and sha == winner.sha else "lost"
-        reason = paired.reason if (sha == winner.sha and paired) else "eliminated in successive halving"
-        if stopped and not sc:
-            reason = stopped
-        archive.set_candidate_status(cand_ids[sha], status, reason)
-        outcomes.append(
-            CandidateOutcome(
-                sha, h.name, status, reason, sum(sc) / len(sc) if sc else None, len(sc), scorer.prompt_tokens(sha)
-            )
-        )
-    outcomes.insert(
-        0,
-        CandidateOutcome(
-            incumbent.sha, incumbent.name, "incumbent", None, inc_score, full, scorer.prompt_tokens(incumbent.sha)
-        ),
-    )
-    win_scores = scorer.scores[winner.sha][:n_win]
-    why = (paired.reason if paired else "winner has no scores") + (f"; {stopped}" if stopped else "")
-    archive.add_decision(
-        run_id=run_id,
-        iteration=iteration,
-        kind="accept" if accepted else "reject",
-        reason=why,
-        payload={"winner": winner.sha, "incumbent": incumbent.sha},
-    )
-    return HarnessLegResult(
-        incumbent_in=incumbent,
-        incumbent_out=winner if accepted else incumbent,
-        accepted=accepted,
-        incumbent_score=inc_score,
-        winner_score=sum(win_scores) / len(win_scores) if win_scores else None,
-        paired=paired,
-        candidates=outcomes,
-        completions=scorer.completions,
-        reason=why,
-        proposer_usage=usage,
-    )
+    return leg.search(
+        run_id=run_id, iteration=iteration, incumbent=incumbent, policy_id=pid, budget=budget, leg_id=leg_id,
+        as_of=as_of,
+    )  # fmt: skip
 
 
 def _write_traces(path: Path, traces: Sequence[dict[str, Any]]) -> None:
-    import json
-
     with path.open("w") as fh:
         for t in traces:
             fh.write(json.dumps(t) + "\n")

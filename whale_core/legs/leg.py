@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ class LegStart:
     harness: HarnessRef
     metric: float  # validation score of (policy, harness) at the start
     budget: Budget
+    leg_id: int | None = None  # the leg's archive row (its candidates and checkpoint name it), if any
+    as_of: datetime | None = None  # a resumed or rerun leg reads only records older than its first attempt
 
 
 @dataclass(frozen=True)

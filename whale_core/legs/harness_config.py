@@ -1,0 +1,93 @@
+"""The harness leg's settings (`SearchConfig`, ``search:`` in a WHALE config) and the proposer they name."""
+
+from __future__ import annotations
+
+import itertools
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from whale_core.proposers.base import Proposer
+
+
+class ServedConfig(BaseModel):
+    """The ``served:`` proposer's knobs (a local model WHALE serves itself; `whale_core.proposers.served`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    context_tokens: int = Field(2500, ge=200, description="prompt tokens per request, by the model's tokenizer")
+    max_tokens: int = Field(400, ge=64, le=4096, description="reply tokens per request (one candidate each)")
+    temperature: float = Field(0.7, ge=0.0, le=2.0)
+    timeout: float = Field(600.0, gt=0, description="seconds per request (a small model on a busy CPU is slow)")
+    start_timeout: float = Field(300.0, gt=0, description="seconds for the server's first healthy answer")
+    device: str = Field("cpu", description="the server's --device: cpu, cuda, cuda:0, auto")
+
+
+class SearchConfig(BaseModel):
+    """The harness leg's knobs. ``proposer`` is ``mutate`` (offline), ``served:DIR`` / ``served:NAME`` (a local chat
+    model that WHALE serves and stops itself, see ``served``) or a litellm model string such as
+    ``openai/gpt-4o-mini``, ``anthropic/claude-sonnet-4-5``, ``ollama/llama3`` (with ``api_base`` for an
+    OpenAI-compatible server). API keys come from the environment only (``api_key_env`` names a custom variable)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    proposer: str = "mutate"
+    api_base: str | None = None
+    api_key_env: str | None = None
+    candidates: int = Field(8, ge=1, le=64, description="candidates proposed per harness leg")
+    rounds: list[int] = Field(default_factory=lambda: [40, 100, 200], description="successive-halving subset sizes")
+    keep_fraction: float = Field(0.5, gt=0.0, lt=1.0, description="share of candidates kept per halving round")
+    z: float = Field(1.645, ge=0.0, description="standard errors a winner must clear (paired test)")
+    min_delta: float = Field(0.0, ge=0.0, le=1.0)
+    archive_top: int = Field(8, ge=0, le=100, description="prior harnesses shown to the proposer")
+    failing_traces: int = Field(8, ge=0, le=100)
+    context_tokens: int = Field(6000, ge=500)
+    timeout: float = Field(60.0, gt=0)
+    num_retries: int = Field(2, ge=0, le=10)
+    max_ops: int = Field(2, ge=1, le=6, description="mutate: operators applied per candidate")
+    served: ServedConfig = Field(default_factory=ServedConfig)
+
+    @field_validator("rounds")
+    @classmethod
+    def _rounds_increasing(cls, v: list[int]) -> list[int]:
+        if not v or any(n < 1 for n in v) or any(b <= a for a, b in itertools.pairwise(v)):
+            raise ValueError(
+                "rounds must be a non-empty, strictly increasing list of positive sizes, e.g. [40, 100, 200]"
+            )
+        return v
+
+
+def make_proposer(cfg: SearchConfig, seed: int) -> Proposer:
+    """The proposer a config names."""
+    if cfg.proposer == "mutate":
+        from whale_core.proposers.mutate import MutateProposer
+
+        return MutateProposer(seed=seed, max_ops=cfg.max_ops)
+    if cfg.proposer.startswith("served:"):
+        from whale_core.proposers.serve import resolve_served_model
+        from whale_core.proposers.served import ServedProposer
+
+        s = cfg.served
+        return ServedProposer(
+            resolve_served_model(cfg.proposer.removeprefix("served:")),
+            temperature=s.temperature,
+            timeout=s.timeout,  # no retries: a local server that timed out or died is not helped by asking again
+            context_tokens=s.context_tokens,
+            max_tokens=s.max_tokens,
+            device=s.device,
+            start_timeout=s.start_timeout,
+        )
+    if "/" not in cfg.proposer:
+        raise ValueError(
+            f"search.proposer {cfg.proposer!r}: use 'mutate', 'served:/path/to/hf-model-dir' (or served:NAME) or a "
+            "litellm model string like 'openai/gpt-4o-mini'"
+        )
+    from whale_core.proposers.llm import LLMProposer
+
+    return LLMProposer(
+        model=cfg.proposer,
+        api_base=cfg.api_base,
+        timeout=cfg.timeout,
+        num_retries=cfg.num_retries,
+        context_tokens=cfg.context_tokens,
+        api_key_env=cfg.api_key_env,
+    )
