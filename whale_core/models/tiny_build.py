@@ -38,7 +38,7 @@ def _deterministic(seed: int) -> Iterator[None]:
     """Seeded, deterministic algorithms, one torch thread (restored after).
 
     One thread: the weights then do not depend on the machine's core count, and on a shared 2-core machine it was
-    measured ~4x faster than two threads (100 steps: 47 s vs 209 s wall under load).
+    faster than two (docs/tiny-model.md, "Build cost").
     """
     import torch
 

@@ -12,7 +12,7 @@ string that leaves this module (reasons, error messages, candidate texts) has th
 environment variables redacted.
 
 Simplified: one request per ``propose`` (no multi-turn repair of invalid candidates; the rejection reasons go back to
-the model through the archive on the next iteration). litellm is imported lazily (3–6 s).
+the model through the archive on the next iteration). litellm is imported lazily (a slow import: seconds).
 """
 
 from __future__ import annotations
