@@ -12,10 +12,11 @@ changes anything outside it — its ``name`` included — is rejected, never sil
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import yaml
 
+from whale_core.dotted import flatten
 from whale_core.harness import Harness, HarnessError
 
 __all__ = [
@@ -169,20 +170,10 @@ def empty_usage() -> dict[str, float]:
     return {"prompt_tokens": 0.0, "completion_tokens": 0.0, "cost_usd": 0.0, "latency_s": 0.0}
 
 
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Dotted paths of nested mappings; lists (parse steps, messages, stop strings) compare as wholes."""
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, sub in value.items():
-            out.update(_flatten(sub, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: value}
-
-
 def changed_fields(old: Harness, new: Harness) -> list[str]:
     """Dotted paths of the fields whose values differ between two harnesses (sorted)."""
-    a = _flatten(yaml.safe_load(old.text))
-    b = _flatten(yaml.safe_load(new.text))
+    a = flatten(yaml.safe_load(old.text))  # lists (parse steps, messages, stop strings) compare as wholes
+    b = flatten(yaml.safe_load(new.text))
     return sorted(key for key in set(a) | set(b) if a.get(key, _MISSING) != b.get(key, _MISSING))
 
 
