@@ -1,7 +1,7 @@
 """``block-ascent-iteration``: one iteration = plateau-check → one leg (weights or harness) → evaluate → record.
 
 The flow only wires: the decision comes from `tasks.plateau_check`; the leg is a `whale_core.legs.leg.Leg` — the
-weights leg `TaskWeightsLeg` (its training call is `tasks.grpo_update`), the harness leg
+weights leg `whale_core.legs.weights_leg.WeightsLeg` (its training call is `tasks.grpo_update`), the harness leg
 `whale_core.legs.harness_leg.HarnessLeg` with its proposer call routed through `tasks.propose_harness` and its candidate
 scoring through `tasks.score_harness` (in the flow's thread by default, fanned out on the flow's task runner with
 ``orchestration.max_workers`` > 1 or Dask) —; the evaluation is `tasks.rollout_task`. Every record goes through one
@@ -14,7 +14,6 @@ run again — and come back ``Cached`` — but nothing is written twice. A rerun
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,9 +24,10 @@ from flows.common import IterState, RunHandles
 from tasks import grpo_update, plateau_check, propose_harness, rollout_task, score_harness
 from whale_core.legs.budget import Budget
 from whale_core.legs.harness_leg import HarnessLeg, HarnessLegOptions
-from whale_core.legs.leg import Leg, LegKind, LegResult, LegStart
+from whale_core.legs.leg import Leg, LegResult, LegStart
 from whale_core.legs.schedule import Decision, LegOutcome
 from whale_core.legs.scoring import ScoreBlock
+from whale_core.legs.weights_leg import WeightsLeg
 from whale_core.proposers.base import Proposal, ProposalContext, ProposerUnavailable, check_candidate
 from whale_core.records.recorder import Recorder
 from whale_core.records.refs import HarnessRef, PolicyRef
@@ -62,27 +62,6 @@ class _TaskProposer:
                 p = Proposal(rec.text, None, "rejected", rec.reason, rec.proposer)
             out.append(dataclasses.replace(p, usage=dict(rec.usage)))
         return out
-
-
-class TaskWeightsLeg:
-    """The weights leg as a `Leg` whose training call is ``train(policy, harness, max_completions)`` (the cached
-    ``grpo-update`` task): trains on at most what the weights budget has left after a validation evaluation's
-    worth (``reserve``), charges it, and records the checkpoint with the harness it was trained against."""
-
-    kind: LegKind = "weights"
-
-    def __init__(self, train: Callable[[PolicyRef, HarnessRef, int], Any], reserve: int, recorder: Recorder):
-        self.train, self.reserve, self.recorder = train, reserve, recorder
-
-    def run(self, start: LegStart) -> LegResult:
-        bud = start.budget
-        cap = bud.remaining("weights") - self.reserve
-        if cap <= 0:
-            return LegResult("weights", start.policy, start.harness, 0)
-        out = self.train(start.policy, start.harness, cap)
-        bud.charge("weights", min(out.completions, bud.remaining("weights")))
-        self.recorder.checkpoint(out.checkpoint, start.harness, start.metric, out.steps)
-        return LegResult("weights", out.policy, start.harness, out.completions)
 
 
 def _matching_done_leg(h: RunHandles, iteration: int, kind: str, state: IterState) -> Any:
@@ -218,18 +197,24 @@ def _weights_leg(
     generation: int,
     rec: Recorder,
     as_of: datetime,
-) -> TaskWeightsLeg:
+) -> WeightsLeg:
     """This iteration's weights leg: the cached ``grpo-update`` task with its population (as of ``as_of``)."""
+    from tasks.runtime import suite_of
+
     population = _population(h, cfg, state, as_of)
-    out_dir = str(h.run_dir / f"iter-{iteration:02d}-weights" / f"gen-{generation}")
+    out_dir = h.run_dir / f"iter-{iteration:02d}-weights" / f"gen-{generation}"
     suite_cfg, weights_cfg = cfg.suite.model_dump(mode="json"), cfg.weights.model_dump(mode="json")
 
     def train(policy: PolicyRef, harness: HarnessRef, cap: int) -> Any:
         return grpo_update.with_options(**opts)(
-            policy, base, harness, suite_cfg, weights_cfg, cfg.seed, iteration, generation, cap, out_dir, population
-        )
+            policy, base, harness, suite_cfg, weights_cfg, cfg.seed, iteration, generation, cap, str(out_dir),
+            population,
+        )  # fmt: skip
 
-    return TaskWeightsLeg(train, cfg.rollout.val_problems, rec)
+    return WeightsLeg(
+        base, suite_of(suite_cfg), cfg.weights, out_dir, population=population, reserve=cfg.rollout.val_problems,
+        recorder=rec, train=train,
+    )  # fmt: skip
 
 
 def _harness_leg(
