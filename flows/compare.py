@@ -20,7 +20,7 @@ from flows.common import heartbeats
 from flows.startup import prepare
 from flows.whale_run import seed_harness, whale_run
 from tasks import rollout_task
-from whale_core.config import WhaleConfig
+from whale_core.config import WhaleConfig, upgrade_stored
 from whale_core.env import whale_home
 from whale_core.legs.population import probe_of
 from whale_core.records.archive import Archive
@@ -58,12 +58,13 @@ def _one_run(archive: Archive, variant: Variant, seed: int, run_cfg: WhaleConfig
     except LookupError:
         stored = None
     if stored is not None:
-        diff = config_diff(stored.config, wanted, shared_only=True)
+        stored_config = upgrade_stored(stored.config)
+        diff = config_diff(stored_config, wanted, shared_only=True)
         if diff:
             raise CompareError(
                 f"run {run_id} exists with a different config ({', '.join(diff[:8])}); use another compare id"
             )
-        wanted = stored.config  # resume exactly what was started (like `whale resume`)
+        wanted = stored_config  # resume exactly what was started (like `whale resume`)
         summary_file = whale_home() / "runs" / run_id / "summary.json"
         if stored.status == "finished" and summary_file.is_file():
             summary = json.loads(summary_file.read_text())
@@ -227,7 +228,7 @@ def resolve_config(compare_id: str, cfg: WhaleConfig, request: Any) -> WhaleConf
             f"--config/--set to resume it, or use a new --id"
         )
     try:
-        return WhaleConfig.model_validate(stored["config"])
+        return WhaleConfig.model_validate(upgrade_stored(stored["config"]))
     except ValueError as exc:
         raise CompareError(f"compare {compare_id}'s stored config no longer validates: {exc}") from None
 

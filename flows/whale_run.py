@@ -25,7 +25,7 @@ from flows.common import IterState, RunHandles, heartbeats
 from flows.iteration import block_ascent_iteration
 from flows.startup import prepare
 from tasks import rollout_task
-from whale_core.config import WhaleConfig
+from whale_core.config import WhaleConfig, upgrade_stored
 from whale_core.harness import Harness
 from whale_core.legs.budget import Budget
 from whale_core.legs.schedule import LegOutcome
@@ -234,8 +234,9 @@ def resume_run(run_id: str, archive_url: str | None = None) -> dict[str, Any]:
 
     stored = Archive(archive_url).get_run(run_id)
     # A finished run resumed is a fully cached re-run: nothing heavy to preload (see flows/startup.py).
-    prepare(WhaleConfig.model_validate(stored.config), compute=stored.status != "finished")
-    return _top_level_run(run_id, stored.config)
+    config = upgrade_stored(stored.config)
+    prepare(WhaleConfig.model_validate(config), compute=stored.status != "finished")
+    return _top_level_run(run_id, config)
 
 
 def rerun_iteration(run_id: str, iteration: int, archive_url: str | None = None) -> dict[str, Any]:
@@ -245,7 +246,7 @@ def rerun_iteration(run_id: str, iteration: int, archive_url: str | None = None)
     from whale_core.records.archive import Archive, ArchiveError
 
     archive = Archive(archive_url)
-    config = archive.get_run(run_id).config
+    config = upgrade_stored(archive.get_run(run_id).config)
     ran = sorted({leg.iteration for leg in archive.legs(run_id)})
     if iteration not in ran:
         which = f"iterations {', '.join(map(str, ran))}" if ran else "no iteration yet"

@@ -34,7 +34,7 @@ from whale_core.errors import WhaleError
 from whale_core.legs.budget import BudgetConfig
 from whale_core.legs.harness_leg import SearchConfig
 from whale_core.legs.schedule import ScheduleConfig
-from whale_core.legs.weights_config import WeightsConfig
+from whale_core.legs.weights_config import WeightsConfig, upgrade_lora_keys
 from whale_core.suites import SuiteConfig
 
 Mode = Literal["whale-adaptive", "whale-fixed", "weights-only", "harness-only", "prompt-weights"]
@@ -234,6 +234,16 @@ def _fill_default(data: dict[str, Any], key: str, value: Any) -> bool:
         return False
     _set_dotted(data, key, value)
     return True
+
+
+def upgrade_stored(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A run config as the archive stored it, in today's shape: keys that later moved get their new place (the LoRA
+    settings' own ``weights.lora`` section). For stored records only — resuming a run or a comparison started before a
+    key moved; a user's own file or ``--set`` with an old key is refused with the new key's name."""
+    out = dict(config)
+    if isinstance(out.get("weights"), Mapping):
+        out["weights"] = upgrade_lora_keys(out["weights"])
+    return out
 
 
 def load_config(

@@ -61,3 +61,16 @@ def test_records_of_the_old_shape_are_read() -> None:
 
 def test_every_weights_key_is_described() -> None:
     assert undescribed(WeightsConfig) == []
+
+
+def test_a_run_config_stored_before_the_lora_move_validates_after_upgrade() -> None:
+    from whale_core.config import WhaleConfig, upgrade_stored
+
+    stored = WhaleConfig().model_dump(mode="json")
+    stored["weights"].pop("lora")
+    stored["weights"].update({"lora": True, "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0})
+    with pytest.raises(ValueError):  # the old shape is refused as it is (a user's config)
+        WhaleConfig.model_validate(stored)
+    cfg = WhaleConfig.model_validate(upgrade_stored(stored))  # resume / compare read it through upgrade_stored
+    assert (cfg.weights.lora.enabled, cfg.weights.lora.r, cfg.weights.lora.alpha) == (True, 8, 16)
+    assert upgrade_stored(cfg.model_dump(mode="json")) == cfg.model_dump(mode="json")  # today's shape: unchanged
