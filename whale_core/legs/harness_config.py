@@ -16,7 +16,7 @@ class ServedConfig(BaseModel):
 
     context_tokens: int = Field(2500, ge=200, description="prompt tokens per request, by the model's tokenizer")
     max_tokens: int = Field(400, ge=64, le=4096, description="reply tokens per request (one candidate each)")
-    temperature: float = Field(0.7, ge=0.0, le=2.0)
+    temperature: float = Field(0.7, ge=0.0, le=2.0, description="sampling temperature of the served model's replies")
     timeout: float = Field(600.0, gt=0, description="seconds per request (a small model on a busy CPU is slow)")
     start_timeout: float = Field(300.0, gt=0, description="seconds for the server's first healthy answer")
     device: str = Field("cpu", description="the server's --device: cpu, cuda, cuda:0, auto")
@@ -30,19 +30,24 @@ class SearchConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    proposer: str = "mutate"
-    api_base: str | None = None
-    api_key_env: str | None = None
+    proposer: str = Field(
+        "mutate",
+        description="mutate (offline edits), served:NAME|DIR (a local model WHALE serves) or a litellm model string",
+    )
+    api_base: str | None = Field(None, description="base URL of an OpenAI-compatible server (litellm proposers)")
+    api_key_env: str | None = Field(
+        None, description="environment variable holding the API key (default: the provider's own, e.g. OPENAI_API_KEY)"
+    )
     candidates: int = Field(8, ge=1, le=64, description="candidates proposed per harness leg")
     rounds: list[int] = Field(default_factory=lambda: [40, 100, 200], description="successive-halving subset sizes")
     keep_fraction: float = Field(0.5, gt=0.0, lt=1.0, description="share of candidates kept per halving round")
     z: float = Field(1.645, ge=0.0, description="standard errors a winner must clear (paired test)")
-    min_delta: float = Field(0.0, ge=0.0, le=1.0)
+    min_delta: float = Field(0.0, ge=0.0, le=1.0, description="score a winner must gain over the incumbent, besides z")
     archive_top: int = Field(8, ge=0, le=100, description="prior harnesses shown to the proposer")
-    failing_traces: int = Field(8, ge=0, le=100)
-    context_tokens: int = Field(6000, ge=500)
-    timeout: float = Field(60.0, gt=0)
-    num_retries: int = Field(2, ge=0, le=10)
+    failing_traces: int = Field(8, ge=0, le=100, description="failing traces of the incumbent shown to the proposer")
+    context_tokens: int = Field(6000, ge=500, description="token budget of the proposer's prompt (litellm proposers)")
+    timeout: float = Field(60.0, gt=0, description="seconds per proposer request before it counts as failed")
+    num_retries: int = Field(2, ge=0, le=10, description="litellm retries per request (with backoff) before giving up")
     max_ops: int = Field(2, ge=1, le=6, description="mutate: operators applied per candidate")
     served: ServedConfig = Field(default_factory=ServedConfig)
 
