@@ -99,16 +99,9 @@ def best_val_harnesses(
     """The ``k`` harnesses with the best val score in a run (any checkpoint; per harness the evaluation with the
     largest n, then the latest), as (sha, score), best first; shas in ``exclude`` are skipped; with ``as_of`` only
     evaluations created before it count (a replayed leg sees what the first attempt saw)."""
-    best: dict[str, tuple[int, int, float]] = {}
-    cutoff = as_of.replace(tzinfo=None) if as_of is not None else None
-    for e in archive.evaluations(run_id, split="val"):
-        if cutoff is not None and e.created.replace(tzinfo=None) >= cutoff:
-            continue
-        cur = best.get(e.harness_sha)
-        if cur is None or (e.n, e.id) > cur[:2]:
-            best[e.harness_sha] = (e.n, e.id, e.score)
+    best = archive.best_evaluations(run_id, split="val", as_of=as_of)
     skip = set(exclude)
-    rows = sorted(((sha, v[2]) for sha, v in best.items() if sha not in skip), key=lambda t: (-t[1], t[0]))
+    rows = sorted(((sha, e.score) for sha, e in best.items() if sha not in skip), key=lambda t: (-t[1], t[0]))
     return rows[:k]
 
 

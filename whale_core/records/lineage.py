@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from whale_core.dotted import flatten
 from whale_core.env import whale_home
 
 if TYPE_CHECKING:
@@ -69,25 +70,23 @@ def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str
     Lists and other values become JSON (or ``str``); secret keys become ``"***"``; long values are truncated to
     MLflow's limit; characters MLflow rejects in keys become ``_``.
     """
-    out: dict[str, str] = {}
-    for raw_key, value in config.items():
-        key = f"{prefix}{raw_key}"
-        if isinstance(value, Mapping) and value and not is_secret_key(str(raw_key)):
-            out.update(flatten_params(value, prefix=f"{key}."))
-            continue
-        if is_secret_key(str(raw_key)):
-            text = REDACTED
-        elif isinstance(value, str):
-            text = redact_value(value)
-        elif value is None or isinstance(value, bool | int | float):
-            text = str(value)
-        else:
-            try:
-                text = redact_value(json.dumps(value, sort_keys=True, default=str))
-            except (TypeError, ValueError):
-                text = redact_value(str(value))
-        out[_clean_key(key)] = text[:_PARAM_MAX]
-    return out
+    flat = flatten(config, prefix, leaf=lambda key, value: not value or is_secret_key(key))
+    return {_clean_key(key): _param_text(key[len(prefix) :], value) for key, value in flat.items()}
+
+
+def _param_text(key: str, value: Any) -> str:
+    if is_secret_key(key.rsplit(".", 1)[-1]):
+        text = REDACTED
+    elif isinstance(value, str):
+        text = redact_value(value)
+    elif value is None or isinstance(value, bool | int | float):
+        text = str(value)
+    else:
+        try:
+            text = redact_value(json.dumps(value, sort_keys=True, default=str))
+        except (TypeError, ValueError):
+            text = redact_value(str(value))
+    return text[:_PARAM_MAX]
 
 
 def _clean_key(key: str) -> str:
