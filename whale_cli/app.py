@@ -39,7 +39,7 @@ app.add_typer(models_app, name="models")
 # the order of `whale --help`; the commands that resolve a config (--config/--set) show the precedence rule
 app.command("eval", epilog=PRECEDENCE)(eval_cmd)
 app.command("train", epilog=PRECEDENCE)(train_cmd)
-app.command("search")(search_cmd)
+app.command("search", epilog=PRECEDENCE)(search_cmd)
 app.command("run", epilog=PRECEDENCE)(run_cmd)
 app.command("resume")(resume_cmd)
 app.command("rerun")(rerun_cmd)

@@ -30,21 +30,15 @@ __all__ = [
     "CandidatesFlag",
     "ConfigOpt",
     "DataFlag",
-    "DataOpt",
     "DeviceFlag",
-    "DeviceOpt",
     "HarnessFlag",
-    "HarnessOpt",
     "ModeFlag",
     "ModelFlag",
-    "ModelOpt",
     "ProposerFlag",
     "SeedFlag",
-    "SeedOpt",
     "SetOpt",
     "StepsFlag",
     "SuiteFlag",
-    "SuiteOpt",
     "ValProblemsFlag",
     "alias_option",
     "check_model",
@@ -52,7 +46,6 @@ __all__ = [
     "fail",
     "load_harness",
     "load_policy_with_status",
-    "load_suite",
     "load_suite_from",
     "progress_rollout",
     "refuse_adapter",
@@ -151,14 +144,6 @@ SetOpt = Annotated[
     typer.Option("--set", help="KEY=VALUE config override, e.g. --set weights.steps=200 (repeatable; value is YAML)"),
 ]
 
-# the same flags with a fixed default, for commands that do not resolve a config yet (`whale search`)
-ModelOpt = Annotated[str, alias_option("model")]
-SuiteOpt = Annotated[str, alias_option("suite")]
-HarnessOpt = Annotated[Path | None, alias_option("harness")]
-DataOpt = Annotated[Path | None, alias_option("data")]
-SeedOpt = Annotated[int, alias_option("seed")]
-DeviceOpt = Annotated[str, alias_option("device")]
-
 
 def resolve_config(
     config: Path | None, sets: list[str] | None, *, defaults: Mapping[str, Any] | None = None, **flags: Any
@@ -180,13 +165,6 @@ def console() -> Any:
 
 def fail(msg: str) -> NoReturn:
     raise CliError(msg)
-
-
-def load_suite(name: str, data: Path | None, seed: int) -> Any:
-    from whale_core.suites import SuiteConfig
-    from whale_core.suites import load_suite as load
-
-    return load(SuiteConfig(name=name, seed=seed, path=str(data) if data else None))
 
 
 def load_suite_from(cfg: Any) -> Any:

@@ -18,7 +18,7 @@ from whale_cli.guard import CliError
 from whale_core.config import describe
 
 runner = CliRunner()
-CONFIG_COMMANDS = ("eval", "train", "run", "compare", "deploy", "config")
+CONFIG_COMMANDS = ("eval", "train", "search", "run", "compare", "deploy", "config")
 
 
 def _options(name: str) -> dict[str, Any]:
