@@ -37,11 +37,13 @@ class RunHistory:
     safe_url: str
     read_only: bool
 
+    # Declared for the type checker only: `Archive` (store.py), its one subclass, overrides both (a
+    # read session; a write session that a read-only view refuses). RunHistory is never used on its own.
     def _read(self) -> AbstractContextManager[Session]:
-        raise NotImplementedError
+        raise NotImplementedError("provided by Archive")
 
     def _write(self) -> AbstractContextManager[Session]:
-        raise NotImplementedError
+        raise NotImplementedError("provided by Archive")
 
     # -- evaluations
     @writes
