@@ -29,7 +29,7 @@ from whale_core.legs.schedule import Decision, LegOutcome
 from whale_core.legs.scoring import ScoreBlock
 from whale_core.legs.weights_leg import WeightsLeg
 from whale_core.proposers.base import Proposal, ProposalContext, ProposerUnavailable, check_candidate
-from whale_core.records.recorder import Recorder
+from whale_core.records.recorder import Recorder, suite_splits
 from whale_core.records.refs import HarnessRef, PolicyRef
 
 
@@ -108,7 +108,7 @@ def block_ascent_iteration(
     done = None if refresh else _matching_done_leg(h, iteration, kind, state)
     rec = Recorder(
         h.archive, h.lineage, run_id=run_id, mlflow_parent=h.mlflow_parent, replay=done is not None,
-        idempotent_decisions=True,
+        idempotent_decisions=True, splits=run_splits(cfg),
     )  # fmt: skip
     as_of = _close_earlier_attempts(h, iteration, kind, refresh, generation)
     rec.decide(iteration, "switch" if decision.switched else "continue", decision.reason, {"leg": kind})
@@ -138,8 +138,9 @@ def block_ascent_iteration(
         "val_score": metric,
         "val_score_before": state.metric,
         "budget_used": float(used),
-        "accepted": float(bool(res.accepted)) if kind == "harness" else -1.0,
     }
+    if kind == "harness":  # a weights leg accepts nothing: no metric rather than a -1
+        metrics["accepted"] = float(bool(res.accepted))
     rec.leg_done(
         leg.id, iteration, budget_used=used, harness_sha=res.harness.sha, checkpoint_id=res.policy.checkpoint_id,
         metrics=metrics, rollouts=state.rollouts + used,
@@ -148,6 +149,12 @@ def block_ascent_iteration(
     outcome = LegOutcome(iteration, kind, metric, res.accepted if kind == "harness" else None, state.metric)
     new_state = IterState(res.policy, res.harness, metric, state.rollouts + used)
     return IterationResult(new_state, outcome, decision, bud.to_dict(), used, done is not None)
+
+
+def run_splits(cfg: Any) -> dict[str, dict[str, Any]]:
+    """The run's val and test splits as the `Recorder` names them in MLflow (datasets of the scores)."""
+    suite, rollout = cfg.suite.model_dump(mode="json"), cfg.rollout
+    return suite_splits(suite, cfg.seed, rollout.val_problems, rollout.test_problems)
 
 
 def _evaluate(h: RunHandles, cfg: Any, opts: dict[str, Any], state: IterState, res: LegResult, bud: Budget) -> float:

@@ -22,7 +22,7 @@ from prefect import flow
 
 from flows import sqlite_retry
 from flows.common import IterState, RunHandles, heartbeats
-from flows.iteration import block_ascent_iteration
+from flows.iteration import block_ascent_iteration, run_splits
 from flows.startup import prepare
 from tasks import rollout_task
 from whale_core.config import WhaleConfig, upgrade_stored
@@ -83,6 +83,7 @@ def whale_run(
             cfg.rollout.batch_size, str(h.run_dir / "traces"),
         )  # fmt: skip
         bud.charge("eval", ev0.completions)
+        _recorder(h).run_start(ev0.score, ev0.completions)
         state, bud, history = _iterate(h, config, IterState(base, h0, ev0.score, 0), base, bud, rerun_from, generation)
         summary = _finish(h, base, h0, ev0.score, state, bud, history)
         h.archive.update_run(run_id, status="finished")
@@ -170,13 +171,10 @@ def _finish(
         final_checkpoint=state.policy.checkpoint_id,
         budget=bud.to_dict(),
     )
-    Recorder(h.archive, h.lineage, run_id=run_id, mlflow_parent=h.mlflow_parent).run_end(
-        md,
-        png,
-        state.harness,
-        state.metric,
-        {"test_initial": test.initial, "test_final": test.final, "budget_spent": float(bud.spent)},
-    )
+    _recorder(h).run_end(
+        md, png, state.harness, state.metric, {"test_score_initial": test.initial, "budget_spent": float(bud.spent)},
+        test_score=test.final, final_checkpoint=state.policy.checkpoint_id,
+    )  # fmt: skip
     summary = {
         "run_id": run_id,
         "mode": cfg.mode,
@@ -192,9 +190,15 @@ def _finish(
         "iterations": len(history),
         "legs": [o.leg for o in history],
         "mlflow_run_id": h.mlflow_parent,
+        "mlflow_url": h.lineage.run_url(h.mlflow_parent),  # as `whale ui` serves it (default port)
     }
     (h.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def _recorder(h: RunHandles) -> Recorder:
+    """The recorder of the run's own records (its MLflow parent run), with the suite splits its scores are on."""
+    return Recorder(h.archive, h.lineage, run_id=h.run_id, mlflow_parent=h.mlflow_parent, splits=run_splits(h.cfg))
 
 
 def _top_level_run(run_id: str, config: dict[str, Any], **kwargs: Any) -> dict[str, Any]:

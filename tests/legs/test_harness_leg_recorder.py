@@ -31,6 +31,7 @@ class FakeLineage:
     def __init__(self) -> None:
         self.harnesses: list[tuple[Any, ...]] = []
         self.metrics: list[tuple[str, dict[str, float], int | None]] = []
+        self.boards: list[tuple[str, list[dict[str, Any]]]] = []
 
     def log_harness(self, run_id: str, sha: str, text: str, *, name: str, parent_sha: str | None, status: str,
                     score: float | None, reason: str | None = None) -> str:  # fmt: skip
@@ -39,6 +40,13 @@ class FakeLineage:
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:
         self.metrics.append((run_id, dict(metrics), step))
+
+    def log_leaderboard(self, run_id: str, rows: list[dict[str, Any]]) -> bool:
+        self.boards.append((run_id, rows))
+        return True
+
+    def harness_prompt(self, whale_run_id: str, sha: str) -> str | None:
+        return f"prompts:/{whale_run_id}-harness/{sha[:4]}"
 
 
 class Mixed:
@@ -78,7 +86,7 @@ def _old_mirror(archive: Archive, run_id: str, leg_id: int, incumbent: Harness, 
         sha = cand.harness_sha or hashlib.sha256(text.encode()).hexdigest()
         lin.log_harness("child", sha, text, name=sha[:12], parent_sha=cand.parent_sha, status=cand.status,
                         score=scores.get(sha), reason=cand.reason)  # fmt: skip
-    lin.log_metrics("child", res.metrics(), step=3)
+    lin.log_metrics("child", res.metrics(), step=4)  # iteration 3's per-leg metrics are at step 4 (legs done)
 
 
 def _dump(a: Archive) -> dict[str, list[tuple[Any, ...]]]:
@@ -115,7 +123,13 @@ def test_harness_leg_is_a_leg(suite: Any, tmp_path: Path) -> None:
                            "incumbent_score": pytest.approx(0.3)}  # fmt: skip
     # proposal order, the incumbent first; the proposal without any text is left out
     assert [h[5] for h in lineage.harnesses] == ["incumbent", "rejected", "lost", "rejected", "accepted"]
-    assert lineage.metrics == [("child", dict(out.metrics), 3)]
+    assert lineage.metrics == [("child", dict(out.metrics), 4)]
+    # the leaderboard: the incumbent, then best val score first, with prompt tokens where scored and the prompt
+    ((run, board),) = lineage.boards
+    assert run == "child" and board[0]["status"] == "incumbent" and board[0]["prompt_tokens"] > 0
+    assert [r["status"] for r in board[1:3]] == ["accepted", "lost"]
+    assert board[1]["val_score"] == pytest.approx(0.7) and board[1]["prompt_tokens"] > 0
+    assert all(r["prompt"].startswith("prompts:/r-harness/") and len(r["sha12"]) == 12 for r in board)
 
 
 def test_the_mirror_is_what_the_flow_used_to_copy_from_the_archive(suite: Any, tmp_path: Path) -> None:
@@ -136,4 +150,4 @@ def test_a_replayed_leg_writes_nothing(suite: Any, tmp_path: Path) -> None:
     again, start2, _a, _s, _b = _setup(suite, tmp_path, quiet, replay=True)
     res = again.run(start2)
     assert (res.harness, res.accepted) == (out.harness, True)
-    assert _dump(archive) == before and quiet.harnesses == [] and quiet.metrics == []
+    assert _dump(archive) == before and quiet.harnesses == [] and quiet.metrics == [] and quiet.boards == []

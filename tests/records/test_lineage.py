@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from whale_core.records import lineage as lineage_mod
+from whale_core.records import mlflow_registry
+from whale_core.records import mlflow_store as lineage_mod
 from whale_core.records.lineage import (
     Lineage,
     flatten_params,
@@ -38,9 +39,9 @@ def test_artifacts_live_next_to_the_sqlite_store(lin: Lineage) -> None:
 
 def test_default_uri_is_under_whale_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("WHALE_HOME", str(tmp_path))
-    assert lineage_mod._default_uri() == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
-    assert lineage_mod._default_artifact_location("http://127.0.0.1:5000") is None
-    pg = lineage_mod._default_artifact_location("postgresql://127.0.0.1:5432/test")
+    assert lineage_mod.default_uri() == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    assert lineage_mod.default_artifact_location("http://127.0.0.1:5000") is None
+    pg = lineage_mod.default_artifact_location("postgresql://127.0.0.1:5432/test")
     assert pg == (tmp_path.resolve() / "mlartifacts").as_uri()
 
 
@@ -125,12 +126,14 @@ def test_metrics_per_step(lin: Lineage) -> None:
 
 def test_metric_history_of_a_whole_leg_in_batches(lin: Lineage) -> None:
     run = lin.ensure_run("wr-history", "run-history", {})
-    rows = [(step, {"reward": step / 400, "reward_std": 0.5, "frac_zero_std": 0.0}) for step in range(1, 401)]
+    rows = [
+        (step, {"grpo/reward": step / 400, "grpo/reward_std": 0.5, "grpo/frac_zero_std": 0.0}) for step in range(1, 401)
+    ]
     lin.log_metric_history(run, rows)  # 1,200 values: more than one log_batch of 1,000
-    history = lin.client.get_metric_history(run, "reward")
+    history = lin.client.get_metric_history(run, "grpo/reward")
     assert sorted((m.step, m.value) for m in history) == [(s, s / 400) for s in range(1, 401)]
-    assert len(lin.client.get_metric_history(run, "frac_zero_std")) == 400
-    assert lin.client.get_run(run).data.metrics["reward"] == 1.0  # the latest step's value
+    assert len(lin.client.get_metric_history(run, "grpo/frac_zero_std")) == 400
+    assert lin.client.get_run(run).data.metrics["grpo/reward"] == 1.0  # the latest step's value
 
 
 def test_threads_log_to_their_own_runs(lin: Lineage) -> None:
@@ -177,8 +180,18 @@ def test_harness_artifact_roundtrip_and_idempotence(lin: Lineage) -> None:
     rejected, _ = lin.read_harness(leg, f"harnesses/{SHA_B[:12]}-rejected.yaml")
     assert rejected["reason"] == "slow regex"
     assert rejected["score"] is None
-    tags = lin.client.get_run(leg).data.tags
-    assert tags[f"whale.harness.{SHA_A[:12]}"].startswith("accepted score=0.6250 parent=bbbbbbbbbbbb")
+    # every text is a version of the run's prompt, its record as tags; no truncated run tags any more
+    assert not [k for k in lin.client.get_run(leg).data.tags if k.startswith("whale.harness.")]
+    name = mlflow_registry.prompt_name("wr-harness")
+    versions = {pv.tags["whale.sha"]: pv for pv in lin.client.search_prompt_versions(name)}
+    assert set(versions) == {SHA_A, SHA_B}  # logged twice, registered once
+    assert versions[SHA_A].template == HARNESS
+    assert versions[SHA_A].tags["whale.status"] == "accepted"
+    assert versions[SHA_A].tags["whale.score"] == "0.6250"
+    assert versions[SHA_A].tags["whale.parent"] == SHA_B
+    assert versions[SHA_B].tags["whale.reason"] == "slow regex"
+    assert lin.client.get_prompt_version_by_alias(name, "incumbent").tags["whale.sha"] == SHA_A
+    assert lin.harness_prompt("wr-harness", SHA_A) == f"prompts:/{name}/{versions[SHA_A].version}"
     with pytest.raises(ValueError, match="harness status"):
         lin.log_harness(leg, SHA_A, HARNESS, name="x", parent_sha=None, status="bad status", score=None)
     with pytest.raises(ValueError, match="not a WHALE harness artifact"):
@@ -219,6 +232,8 @@ def test_checkpoints_are_tagged_logged_models_with_a_parent_chain(lin: Lineage, 
             break
         cur = by_ckpt[parent_id]
     assert chain == ["ck-child", "ck-root"]
+    # the parent checkpoint is the leg run's model input
+    assert [m.model_id for m in lin.client.get_run(leg2).inputs.model_inputs] == [root]
     names = sorted(f.path for f in lin.client.list_logged_model_artifacts(child))
     assert "adapter_config.json" in names
     assert "adapter_model.safetensors" in names
@@ -257,3 +272,68 @@ def test_filter_values_with_quotes_are_refused(lin: Lineage) -> None:
         lin.runs_of("it's")
     with pytest.raises(ValueError, match="run status"):
         lin.end("whatever", "DONE")
+
+
+def test_experiment_opens_on_its_runs(lin: Lineage) -> None:
+    """The experiment kind makes the MLflow UI open the experiment on its runs; an existing experiment gets it too."""
+    exp = lin.client.get_experiment(lin.experiment_id)
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    lin.client.delete_experiment_tag(lin.experiment_id, "mlflow.experimentKind")
+    again = Lineage(lin.tracking_uri, experiment="whale-test")
+    assert again.client.get_experiment(lin.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    run = lin.ensure_run("wr-url", "run-url", {})
+    assert lin.run_url(run, "http://127.0.0.1:5123") == (
+        f"http://127.0.0.1:5123/#/experiments/{lin.experiment_id}/runs/{run}"
+    )
+
+
+def test_checkpoint_links_its_harness_prompt_and_carries_its_scores(lin: Lineage, tmp_path: Path) -> None:
+    """The checkpoint's Logged Model links the prompt version of the harness it was trained under, holds its
+    val and test scores with the splits as datasets, and the final one is a registered version aliased final."""
+    parent = lin.ensure_run("wr-final", "run-final", {}, tags={"whale.suite": "arith", "whale.model": "/m/tiny"})
+    leg = lin.ensure_leg(parent, "wr-final", 0, "weights")
+    lin.log_harness(leg, SHA_A, HARNESS, name="plain-sum", parent_sha=None, status="trained-against", score=0.25)
+    ckdir = tmp_path / "ck"
+    ckdir.mkdir()
+    (ckdir / "adapter_config.json").write_text("{}")
+    model_id = lin.log_checkpoint(leg, ckdir, checkpoint_id="ck-final", harness_sha=SHA_A, parent_checkpoint_id=None)
+    uri = lin.harness_prompt("wr-final", SHA_A)
+    model = lin.client.get_logged_model(model_id)
+    assert uri is not None and model.tags["whale.harness_prompt"] == uri
+    assert model.tags["mlflow.linkedPrompts"] == f'[{{"name": "wr-final-harness", "version": "{uri[-1]}"}}]'
+
+    split = {"suite": "arith", "split": "val", "n": 48, "seed": 0, "config": {"name": "arith"}}
+    ds = lin.log_split(leg, split)
+    assert lin.log_split(leg, split).digest == ds.digest  # the same split: one input
+    assert [d.dataset.name for d in lin.client.get_run(leg).inputs.dataset_inputs] == ["arith-val"]
+    lin.log_metrics(leg, {"val_score": 0.5}, step=1, model_id=model_id, dataset=ds)
+    (metric,) = lin.client.get_logged_model(model_id).metrics
+    assert (metric.key, metric.value, metric.dataset_name, metric.step) == ("val_score", 0.5, "arith-val", 1)
+
+    lin.log_harness(parent, SHA_A, HARNESS, name="plain-sum", parent_sha=None, status="final", score=0.5,
+                    test_score=0.4)  # fmt: skip
+    record, _ = lin.read_harness(parent, f"harnesses/{SHA_A[:12]}-final.yaml")
+    assert (record["score"], record["test_score"]) == (0.5, 0.4)
+    version = lin.register_final(parent, model_id, {"whale.test_score": "0.4000"})
+    assert lin.register_final(parent, model_id, {"whale.test_score": "0.4000"}) == version  # no second version
+    mv = lin.client.get_model_version_by_alias("whale-arith-tiny", "final")
+    assert (mv.version, mv.tags["whale.run_id"], mv.tags["whale.test_score"]) == (int(version), "wr-final", "0.4000")
+    assert [o.model_id for o in lin.client.get_run(parent).outputs.model_outputs] == [model_id]
+    pv = lin.client.get_prompt_version_by_alias("wr-final-harness", "final")
+    assert (pv.tags["whale.status"], pv.tags["whale.test_score"]) == ("final", "0.4000")
+
+
+def test_leaderboard_is_a_table_written_once(lin: Lineage) -> None:
+    run = lin.ensure_run("wr-board", "run-board", {})
+    rows = [
+        {"sha12": "a" * 12, "status": "incumbent", "val_score": 0.5, "prompt_tokens": 12.0, "reason": ""},
+        {"sha12": "b" * 12, "status": "lost", "val_score": 0.25, "prompt_tokens": None, "reason": "halved"},
+    ]
+    assert lin.log_leaderboard(run, rows)
+    assert not lin.log_leaderboard(run, rows)  # log_table would append: a re-recorded leg keeps its table
+    local = lin.client.download_artifacts(run, "leaderboard.json")
+    import json
+
+    table = json.loads(Path(local).read_text())
+    assert table["columns"] == ["sha12", "status", "val_score", "prompt_tokens", "reason"]
+    assert [r[0] for r in table["data"]] == ["a" * 12, "b" * 12]

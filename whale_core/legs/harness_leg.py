@@ -169,8 +169,9 @@ class HarnessLeg:
         attempt = _Attempt(self, run_id, iteration, incumbent, policy_id, budget, leg_id, as_of)
         res = attempt.run()
         inc = HarnessRef(incumbent.sha, incumbent.text, incumbent.parent)
+        inc_tokens = next((c.prompt_tokens for c in res.candidates if c.status == "incumbent"), None)
         self.recorder.harness_leg(
-            iteration, inc, incumbent.name, res.incumbent_score, attempt.logged(res), res.metrics()
+            iteration, inc, incumbent.name, res.incumbent_score, attempt.logged(res), res.metrics(), inc_tokens
         )
         return res
 
@@ -385,14 +386,16 @@ class _Attempt:
 
     def logged(self, res: HarnessLegResult) -> list[LoggedCandidate]:
         """The leg's proposals as its MLflow mirror records them: proposal order, final status, the score its
-        outcome reports (by sha; the last outcome of a sha wins), proposals without any text left out."""
+        outcome reports (by sha; the last outcome of a sha wins) with its mean prompt tokens, proposals without any text
+        left out."""
         scores = {c.sha: c.score for c in res.candidates if c.sha}
+        tokens = {c.sha: c.prompt_tokens for c in res.candidates if c.sha}
         out: list[LoggedCandidate] = []
         for harness_sha, text, parent, status, reason in self.rows:
             if not text:
                 continue
             sha = harness_sha or hashlib.sha256(text.encode()).hexdigest()
-            out.append(LoggedCandidate(sha, text, parent, status, scores.get(sha), reason))
+            out.append(LoggedCandidate(sha, text, parent, status, scores.get(sha), reason, tokens.get(sha)))
         return out
 
 

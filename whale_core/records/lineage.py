@@ -1,9 +1,18 @@
 """Lineage: the MLflow mirror of the archive.
 
 One MLflow *parent run* per WHALE run, one *child run* per leg (``iter-01-weights``), every harness text as an
-artifact (``harnesses/<sha12>-<status>.yaml``), every checkpoint as a *Logged Model* tagged with the harness it was
-trained against and its parent checkpoint. The archive (SQL) stays the source of truth for resume; this module only
-mirrors it so that a person can browse the lineage in the MLflow UI.
+artifact (``harnesses/<sha12>-<status>.yaml``) and as a prompt version, every checkpoint as a *Logged Model* tagged
+with the harness it was trained against (its prompt version linked) and its parent checkpoint (the leg run's model
+input); the final checkpoint a registered model version (see `whale_core.records.mlflow_registry`). The archive
+(SQL) stays the source of truth for resume; this module only mirrors it so that a person can browse the lineage in
+the MLflow UI, which opens on the experiment's runs (experiment tag ``mlflow.experimentKind`` =
+``custom_model_development``, set on new and existing experiments); `Lineage.run_url` links a run there.
+
+Steps: a metric of the run's course has one value per leg at step ``k`` = the number of legs done (step 0: the
+initial evaluation, before any leg; iteration ``i``, counted from 0, logs at step ``i + 1``); GRPO's per-step
+metrics (``grpo/reward``, ``grpo/reward_std``, ``grpo/frac_zero_std``) are at the global GRPO step of the
+checkpoint lineage (a second weights leg continues the first's count). Scores say their split: ``val_score``,
+``test_score``.
 
 Design points:
 - ``MlflowClient`` with explicit run ids everywhere, never the fluent ``mlflow.start_run`` API: Prefect runs tasks in
@@ -24,7 +33,6 @@ lazily (the CLI imports this module).
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
@@ -35,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from whale_core.dotted import flatten
-from whale_core.env import whale_home
+from whale_core.records.mlflow_store import default_artifact_location, default_uri, save_template, seed_store
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -49,6 +57,8 @@ _BAD_KEY_CHARS = re.compile(r"[^\w./\- :]")
 _SLUG = re.compile(r"^[A-Za-z0-9_\-]+$")
 _PARAM_MAX = 6000  # mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
 _TAG_MAX = 8000
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"  # the UI opens such an experiment on its runs, not the GenAI overview
 
 
 # --------------------------------------------------------------------------------------------- params and redaction
@@ -105,6 +115,11 @@ def leg_run_name(iteration: int, kind: str) -> str:
     return f"iter-{iteration:02d}-{kind}"
 
 
+def run_url(base: str, experiment_id: str, run_id: str) -> str:
+    """A run's page in the MLflow UI at ``base`` (e.g. ``http://127.0.0.1:5000``)."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
 def harness_artifact_path(sha: str, status: str) -> str:
     """Artifact path of a harness text: ``harnesses/<sha12>-<status>.yaml``."""
     return f"{HARNESS_DIR}/{sha[:12]}-{status}.yaml"
@@ -132,13 +147,14 @@ class Lineage:
     ):
         from mlflow import MlflowClient
 
-        self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or _default_uri()
-        self.artifact_location = artifact_location or _default_artifact_location(self.tracking_uri)
-        fresh = _seed_store(self.tracking_uri)
+        self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri()
+        self.artifact_location = artifact_location or default_artifact_location(self.tracking_uri)
+        fresh = seed_store(self.tracking_uri)
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         if fresh is not None:
-            _save_template(fresh, self.client)
+            save_template(fresh, self.client)
         self.experiment_id = self._ensure_experiment(experiment)
+        self._whale_ids: dict[str, str] = {}
 
     def _ensure_experiment(self, name: str) -> str:
         from mlflow.exceptions import MlflowException
@@ -147,14 +163,24 @@ class Lineage:
         if found is not None:
             if found.lifecycle_stage == "deleted":
                 self.client.restore_experiment(found.experiment_id)
+            if found.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+                self.client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
             return str(found.experiment_id)
         try:
-            return str(self.client.create_experiment(name, artifact_location=self.artifact_location))
+            return str(
+                self.client.create_experiment(
+                    name, artifact_location=self.artifact_location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+                )
+            )
         except MlflowException:  # created meanwhile by another process or thread
             again = self.client.get_experiment_by_name(name)
             if again is None:
                 raise
             return str(again.experiment_id)
+
+    def run_url(self, run_id: str, base: str = "http://127.0.0.1:5000") -> str:
+        """The MLflow UI page of a run of this experiment: ``<base>/#/experiments/<exp>/runs/<run>``."""
+        return run_url(base, self.experiment_id, run_id)
 
     # ------------------------------------------------------------------------------------------------- runs
     def ensure_run(
@@ -252,19 +278,44 @@ class Lineage:
         for i in range(0, len(new), 100):  # log_batch takes at most 100 params per call
             self.client.log_batch(run_id, params=new[i : i + 100])
 
-    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int | None = None) -> None:
-        """Log metric values at ``step`` (0 if None); keys are cleaned to MLflow's allowed characters."""
-        self.log_metric_history(run_id, [(int(step or 0), metrics)])
+    def log_metrics(
+        self,
+        run_id: str,
+        metrics: Mapping[str, float],
+        step: int | None = None,
+        *,
+        model_id: str | None = None,
+        dataset: Any = None,
+    ) -> None:
+        """Log metric values at ``step`` (0 if None); keys are cleaned to MLflow's allowed characters. With
+        ``model_id`` they are the Logged Model's metrics too, measured on ``dataset`` (an MLflow dataset)."""
+        self.log_metric_history(run_id, [(int(step or 0), metrics)], model_id=model_id, dataset=dataset)
 
-    def log_metric_history(self, run_id: str, rows: Sequence[tuple[int, Mapping[str, float]]]) -> None:
+    def log_metric_history(
+        self,
+        run_id: str,
+        rows: Sequence[tuple[int, Mapping[str, float]]],
+        *,
+        model_id: str | None = None,
+        dataset: Any = None,
+    ) -> None:
         """Log many steps' metric values (e.g. a GRPO leg's per-step reward) in as few calls as MLflow allows (1,000
         values per ``log_batch``): one call per step would cost a store round trip each (300 steps: ~1–3 s)."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        batch = [Metric(_clean_key(k), float(v), now, int(step)) for step, metrics in rows for k, v in metrics.items()]
+        ds = {"dataset_name": dataset.name, "dataset_digest": dataset.digest} if dataset is not None else {}
+        batch = [
+            Metric(_clean_key(k), float(v), now, int(step), model_id=model_id, **ds)
+            for step, metrics in rows
+            for k, v in metrics.items()
+        ]
         for i in range(0, len(batch), 1000):
             self.client.log_batch(run_id, metrics=batch[i : i + 1000])
+
+    def has_metric(self, run_id: str, key: str, step: int) -> bool:
+        """Whether ``run_id`` holds a value of ``key`` at ``step`` (a resumed run logs a point once)."""
+        return any(m.step == step for m in self.client.get_metric_history(run_id, key))
 
     def end(self, run_id: str, status: str = "FINISHED") -> None:
         """Close a run: ``FINISHED``, ``FAILED`` or ``KILLED``."""
@@ -284,33 +335,60 @@ class Lineage:
         status: str,
         score: float | None,
         reason: str | None = None,
+        test_score: float | None = None,
     ) -> str:
-        """Store a harness text as ``harnesses/<sha12>-<status>.yaml`` and tag the run ``whale.harness.<sha12>``.
+        """Store a harness text as ``harnesses/<sha12>-<status>.yaml`` and as a version of the run's prompt.
 
-        The file's first line is a YAML comment holding a JSON record (sha, name, status, score, parent, reason;
-        read it back with ``parse_harness_artifact``); the rest is the harness text unchanged. ``status`` is a slug
-        (``candidate``, ``accepted``, ``rejected``, ``invalid``, ...). Logging the same sha+status twice writes once.
-        Returns the artifact path.
+        The file's first line is a YAML comment holding a JSON record (sha, name, status, score — the val score it
+        was recorded with —, parent, reason, and ``test_score`` when given; read it back with
+        ``parse_harness_artifact``); the rest is the harness text unchanged. ``status`` is a slug (``candidate``,
+        ``accepted``, ``rejected``, ``invalid``, ...). Logging the same sha+status twice writes the file once. The
+        prompt version (`mlflow_registry.ensure_prompt_version`) carries the same record as tags and the run's
+        aliases. Returns the artifact path.
         """
+        from whale_core.records import mlflow_registry
+
         if not _SLUG.match(status):
             raise ValueError(f"harness status {status!r} must be letters, digits, '_' or '-'")
         path = harness_artifact_path(sha, status)
-        score_txt = "none" if score is None or math.isnan(score) else f"{score:.4f}"
-        tag = f"{status} score={score_txt} parent={(parent_sha or 'none')[:12]} name={name}"
-        self._set_tags(run_id, {f"whale.harness.{sha[:12]}": tag})
+        record = {"sha": sha, "name": name, "status": status, "score": score, "parent": parent_sha, "reason": reason}
+        if test_score is not None:
+            record["test_score"] = test_score
+        mlflow_registry.ensure_prompt_version(
+            self.client, self.experiment_id, self._whale_run_id(run_id), sha, text, record
+        )
         if any(f.path == path for f in self.client.list_artifacts(run_id, HARNESS_DIR)):
             return path
-        record = {
-            "sha": sha,
-            "name": name,
-            "status": status,
-            "score": score,
-            "parent": parent_sha,
-            "reason": reason,
-        }
         body = text if text.endswith("\n") else text + "\n"
         self.client.log_text(run_id, f"{HEADER_PREFIX}{json.dumps(record, sort_keys=True)}\n{body}", path)
         return path
+
+    def harness_prompt(self, whale_run_id: str, sha: str) -> str | None:
+        """The ``prompts:/<name>/<version>`` URI of a harness of a WHALE run (None if it was never logged)."""
+        from whale_core.records import mlflow_registry
+
+        name = mlflow_registry.prompt_name(whale_run_id)
+        pv = mlflow_registry.find_prompt_version(self.client, name, sha)
+        return None if pv is None else mlflow_registry.prompt_uri(name, pv.version)
+
+    def _whale_run_id(self, run_id: str) -> str:
+        """The WHALE run an MLflow run belongs to (its ``whale.run_id`` tag; the MLflow id for a run without one)."""
+        if run_id not in self._whale_ids:
+            self._whale_ids[run_id] = self.client.get_run(run_id).data.tags.get("whale.run_id") or run_id
+        return self._whale_ids[run_id]
+
+    def log_leaderboard(self, run_id: str, rows: Sequence[Mapping[str, Any]]) -> bool:
+        """A leg's candidates as the table artifact ``leaderboard.json`` (see `mlflow_registry.log_leaderboard`)."""
+        from whale_core.records import mlflow_registry
+
+        return mlflow_registry.log_leaderboard(self.client, run_id, rows)
+
+    def log_split(self, run_id: str, split: Mapping[str, Any]) -> Any:
+        """A suite split (``suite``, ``split``, ``n``, ``seed``, ``config``) as an input dataset of ``run_id``;
+        returns the MLflow dataset (for metrics measured on it)."""
+        from whale_core.records import mlflow_registry
+
+        return mlflow_registry.log_split_input(self.client, run_id, split)
 
     def read_harness(self, run_id: str, artifact_path: str) -> tuple[dict[str, Any], str]:
         """Download a harness artifact and return (record, harness text)."""
@@ -350,11 +428,13 @@ class Lineage:
         """Store a checkpoint directory as a Logged Model of ``run_id``; returns the model id.
 
         Tags: ``whale.checkpoint_id``, ``whale.harness_sha`` (the harness it was trained against), ``whale.run_id``,
-        ``whale.parent_checkpoint_id`` (absent for a root checkpoint), ``whale.step``; the same as model params (the
-        UI shows those; the root's parent param is ``"none"``). Idempotent by checkpoint id:
+        ``whale.parent_checkpoint_id`` (absent for a root checkpoint), ``whale.step``, ``whale.harness_prompt`` (the
+        ``prompts:/`` URI of that harness when it was logged, also linked with MLflow's prompt-model link, which the
+        model page shows as a link); the same as model params (the UI shows those; the root's parent param is
+        ``"none"``). The parent checkpoint's Logged Model is ``run_id``'s model input. Idempotent by checkpoint id:
         a READY model with that tag is returned as is; a PENDING one (upload interrupted) is uploaded again.
         """
-        from mlflow.entities import LoggedModelOutput
+        from mlflow.entities import LoggedModelInput, LoggedModelOutput
 
         checkpoint_dir = Path(checkpoint_dir)
         if not checkpoint_dir.is_dir():
@@ -362,6 +442,9 @@ class Lineage:
         found = self._search_models({"whale.checkpoint_id": checkpoint_id}, max_results=1)
         if found and str(found[0].status) == "READY":
             return str(found[0].model_id)
+        parent_model = self.model_id_of(parent_checkpoint_id) if parent_checkpoint_id else None
+        if parent_model is not None:
+            self.client.log_inputs(run_id, models=[LoggedModelInput(parent_model)])
         if found:
             model_id = str(found[0].model_id)
         else:
@@ -374,6 +457,9 @@ class Lineage:
             }
             if parent_checkpoint_id:
                 tags["whale.parent_checkpoint_id"] = parent_checkpoint_id
+            prompt = self.harness_prompt(whale_run_id, harness_sha) if whale_run_id else None
+            if prompt:
+                tags["whale.harness_prompt"] = prompt
             model = self.client.create_logged_model(
                 self.experiment_id,
                 name=_model_name(checkpoint_id),
@@ -384,10 +470,49 @@ class Lineage:
                 model_type="whale-checkpoint",
             )
             model_id = str(model.model_id)
+            if prompt:
+                self._link_prompt(model_id, prompt)
         self.client.log_model_artifacts(model_id, str(checkpoint_dir))
         self.client.finalize_logged_model(model_id, "READY")
         self.client.log_outputs(run_id, [LoggedModelOutput(model_id, int(step or 0))])
         return model_id
+
+    def _link_prompt(self, model_id: str, prompt: str) -> None:
+        """MLflow's prompt-model link (the ``mlflow.linkedPrompts`` tag the UI renders as a link), written through
+        this client: `MlflowClient.link_prompt_version_to_model` writes to the process's default tracking store."""
+        from mlflow.tracing.constant import TraceTagKey
+        from mlflow.tracing.utils.prompt import update_linked_prompts_tag
+
+        version = self.client.load_prompt(prompt)
+        current = self.client.get_logged_model(model_id).tags.get(TraceTagKey.LINKED_PROMPTS)
+        self.client.set_logged_model_tags(
+            model_id, {TraceTagKey.LINKED_PROMPTS: update_linked_prompts_tag(current, [version])}
+        )
+
+    def model_id_of(self, checkpoint_id: str) -> str | None:
+        """The Logged Model id of a checkpoint (None when it was never logged, e.g. the base model)."""
+        found = self._search_models({"whale.checkpoint_id": checkpoint_id}, max_results=1)
+        return str(found[0].model_id) if found else None
+
+    def register_final(self, parent_run_id: str, model_id: str, tags: Mapping[str, str]) -> str:
+        """The run's final checkpoint: an output of the run's own MLflow run (listed on its page) and a version of
+        the registered model ``whale-<suite>-<model>`` (the run's ``whale.suite``/``whale.model`` tags) with the
+        alias ``final`` (`mlflow_registry.register_final`). Returns the version."""
+        from mlflow.entities import LoggedModelOutput
+
+        from whale_core.records import mlflow_registry
+
+        run = self.client.get_run(parent_run_id)
+        outputs = run.outputs.model_outputs if run.outputs else []
+        if not any(o.model_id == model_id for o in outputs):
+            self.client.log_outputs(parent_run_id, [LoggedModelOutput(model_id, 0)])
+        suite, model = run.data.tags.get("whale.suite", "suite"), run.data.tags.get("whale.model", "model")
+        name = mlflow_registry.model_name(suite, model)
+        whale_run_id = self._whale_run_id(parent_run_id)
+        return mlflow_registry.register_final(
+            self.client, name, model_id, parent_run_id, {"whale.run_id": whale_run_id, **tags},
+            f"Final checkpoint of WHALE run {whale_run_id}",
+        )  # fmt: skip
 
     def _search_models(self, match: Mapping[str, str], max_results: int | None = None) -> list[Any]:
         filt = " AND ".join(f"tags.`{k}` = {_q(v, k)}" for k, v in match.items())
@@ -424,61 +549,3 @@ def _model_name(checkpoint_id: str) -> str:
 
 def _tags(tags: Mapping[str, Any]) -> dict[str, str]:
     return {_clean_key(k): str(v)[:_TAG_MAX] for k, v in tags.items()}
-
-
-def _sqlite_file(tracking_uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` tracking URI (None for any other store or an in-memory one)."""
-    if not tracking_uri.startswith("sqlite:///") or tracking_uri == "sqlite:///:memory:":
-        return None
-    return Path(tracking_uri[len("sqlite:///") :].split("?", 1)[0]).resolve()
-
-
-def _seed_store(tracking_uri: str) -> Path | None:
-    """A new SQLite store starts as a copy of the machine's migrated template (see `whale_core.records.db_templates`).
-
-    Returns the store's path when it is new and no template exists (the caller saves it as the template once MLflow
-    has migrated it), else None. Called before MLflow opens the store (opening creates the file).
-    """
-    path = _sqlite_file(tracking_uri)
-    if path is None or path.exists():
-        return None
-    import mlflow
-
-    from whale_core.records import db_templates
-
-    return None if db_templates.seed(path, "mlflow", mlflow.__version__) else path
-
-
-def _save_template(path: Path, client: Any) -> None:
-    """Save a new store, migrated and before anything of a run is written, as the machine's template.
-
-    MLflow's default experiment (id 0) records an absolute artifact path, so the template leaves it out and MLflow
-    creates it on open with each store's own path.
-    """
-    import mlflow
-
-    from whale_core.records import db_templates
-
-    client.get_experiment("0")  # the store's first use: MLflow migrates the new file and adds experiment 0
-    db_templates.save(
-        path,
-        "mlflow",
-        mlflow.__version__,
-        allowed={"alembic_version", "workspaces"},
-        scrub=lambda con: con.execute("DELETE FROM experiments WHERE experiment_id = 0"),
-    )
-
-
-def _default_uri() -> str:
-    return f"sqlite:///{whale_home() / 'mlflow.db'}"
-
-
-def _default_artifact_location(tracking_uri: str) -> str | None:
-    """Artifacts of a local SQLite store live next to it (``mlartifacts/``); a DB store without a server gets
-    ``$WHALE_HOME/mlartifacts``; a tracking server decides for itself (None)."""
-    if tracking_uri.startswith(("http://", "https://", "databricks")):
-        return None
-    store = _sqlite_file(tracking_uri)
-    if store is not None:
-        return (store.parent / "mlartifacts").as_uri()
-    return (whale_home() / "mlartifacts").as_uri()

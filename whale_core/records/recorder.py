@@ -13,6 +13,10 @@ Modes:
   (`Archive.ensure_decision`): an iteration a killed run had started is taken again from its start on resume.
 - without a `Lineage` (``whale search``), the MLflow mirror is off.
 
+MLflow steps (see `whale_core.records.lineage`): a per-leg metric of iteration ``i`` is logged at step ``i + 1``
+(`leg_step`), the initial evaluation at step 0 (`run_start`); GRPO's per-step metrics at the global GRPO step.
+``splits`` (``{"val": {...}, "test": {...}}``, see `Lineage.log_split`) name the datasets scores are measured on.
+
 What the harness leg writes as it goes (its harnesses, candidates, statuses and evaluations, so that a killed leg
 leaves its work on record) goes through `archive`; the MLflow mirror of that leg follows in one `harness_leg` call.
 """
@@ -40,6 +44,22 @@ class LoggedCandidate:
     status: str
     score: float | None
     reason: str
+    prompt_tokens: float | None = None  # mean prompt tokens per problem, when it was scored
+
+
+def suite_splits(suite: Mapping[str, Any], seed: int, val_n: int, test_n: int) -> dict[str, dict[str, Any]]:
+    """The run's val and test splits as `Recorder` ``splits`` (suite config as `SuiteConfig` dumps it)."""
+    name = str(suite.get("name", "suite"))
+    return {
+        split: {"suite": name, "split": split, "n": n, "seed": seed, "config": dict(suite)}
+        for split, n in (("val", val_n), ("test", test_n))
+    }
+
+
+def leg_step(iteration: int) -> int:
+    """The MLflow step of iteration ``iteration``'s per-leg metrics: the number of legs done after it (step 0 is the
+    initial evaluation)."""
+    return iteration + 1
 
 
 class Recorder:
@@ -56,6 +76,7 @@ class Recorder:
         mlflow_run: str | None = None,
         replay: bool = False,
         idempotent_decisions: bool = False,
+        splits: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.archive = archive.read_only_view() if replay else archive
         self.lineage = lineage
@@ -64,6 +85,14 @@ class Recorder:
         self.mlflow_run = mlflow_run
         self.replay = replay
         self.idempotent_decisions = idempotent_decisions
+        self.splits = dict(splits or {})
+        self._new_model: str | None = None  # the Logged Model this leg's checkpoint became
+
+    def _dataset(self, run_id: str, split: str) -> Any:
+        """The MLflow dataset of a suite split, listed as ``run_id``'s input (None without split descriptions)."""
+        if self.lineage is None or split not in self.splits:
+            return None
+        return self.lineage.log_split(run_id, self.splits[split])
 
     @property
     def _mirror(self) -> Lineage | None:
@@ -87,7 +116,7 @@ class Recorder:
         """A weights leg's new checkpoint (``id``, ``path``, ``harness_sha``, ``parent_id``, ``step``): its archive
         row, the harness it was trained against (artifact, status ``trained-against``, with the val ``score`` it
         started from), the checkpoint as an MLflow Logged Model (its id stored in the row) and the per-step GRPO
-        reward history (``reward_mean``, ``reward_std``, ``frac_zero_std_groups`` of each step)."""
+        reward history (``grpo/reward``, ``grpo/reward_std``, ``grpo/frac_zero_std`` at the global GRPO step)."""
         if self.replay:
             return
         c = checkpoint
@@ -115,15 +144,18 @@ class Recorder:
             step=c["step"],
         )
         self.archive.put_checkpoint(c["id"], self.run_id, c["path"], c["harness_sha"], mlflow_model_id=model_id)
+        self._new_model = model_id
+        # the checkpoint's step counts the whole lineage's GRPO steps; this leg's steps are its last ones
+        offset = int(c["step"]) - max((int(s["step"]) for s in steps), default=0)
         lineage.log_metric_history(
             child,
             [
                 (
-                    s["step"],
+                    offset + int(s["step"]),
                     {
-                        "reward": s["reward_mean"],
-                        "reward_std": s["reward_std"],
-                        "frac_zero_std": s["frac_zero_std_groups"],
+                        "grpo/reward": s["reward_mean"],
+                        "grpo/reward_std": s["reward_std"],
+                        "grpo/frac_zero_std": s["frac_zero_std_groups"],
                     },
                 )
                 for s in steps
@@ -138,10 +170,12 @@ class Recorder:
         incumbent_score: float,
         candidates: Sequence[LoggedCandidate],
         metrics: Mapping[str, float],
+        incumbent_tokens: float | None = None,
     ) -> None:
         """The MLflow mirror of a harness leg (its archive rows were written as it went): the incumbent (status
-        ``incumbent``), every candidate in proposal order with its status, score and reason, and the leg's metrics
-        at step ``iteration``."""
+        ``incumbent``), every candidate in proposal order with its status, score and reason (artifacts and prompt
+        versions), the leaderboard table (incumbent first, then best val score first) and the leg's metrics at
+        step `leg_step`."""
         lineage, child = self._mirror, self.mlflow_run
         if lineage is None or child is None:
             return
@@ -165,7 +199,11 @@ class Recorder:
                 score=cand.score,
                 reason=cand.reason,
             )
-        lineage.log_metrics(child, metrics, step=iteration)
+        head = LoggedCandidate(incumbent.sha, incumbent.text, incumbent.parent, "incumbent", incumbent_score, "",
+                               incumbent_tokens)  # fmt: skip
+        ranked = sorted(candidates, key=lambda c: -(c.score if c.score is not None else float("-inf")))
+        lineage.log_leaderboard(child, [_board_row(lineage, self.run_id, c) for c in [head, *ranked]])
+        lineage.log_metrics(child, metrics, step=leg_step(iteration))
 
     def leg_done(
         self,
@@ -179,7 +217,8 @@ class Recorder:
         rollouts: int,
     ) -> None:
         """A leg that ended: its archive row (``done`` with what it ends with and its metrics), its metrics on its
-        MLflow run, and the run's ``val_score`` and ``rollouts`` so far on the run's MLflow run (step ``iteration``)."""
+        MLflow run (``val_score`` also on the Logged Model of the checkpoint the leg trained, measured on the val
+        split), and the run's ``val_score`` and ``rollouts`` so far on the run's MLflow run (step `leg_step`)."""
         if self.replay:
             return
         self.archive.finish_leg(
@@ -191,12 +230,27 @@ class Recorder:
         )
         if self.lineage is None:
             return
+        step = leg_step(iteration)
         if self.mlflow_run is not None:
-            self.lineage.log_metrics(self.mlflow_run, metrics, step=iteration)
+            rest = dict(metrics)
+            if self._new_model is not None:
+                val = {"val_score": rest.pop("val_score")}
+                ds = self._dataset(self.mlflow_run, "val")
+                self.lineage.log_metrics(self.mlflow_run, val, step=step, model_id=self._new_model, dataset=ds)
+            self.lineage.log_metrics(self.mlflow_run, rest, step=step)
         if self.mlflow_parent is not None:
             self.lineage.log_metrics(
-                self.mlflow_parent, {"val_score": metrics["val_score"], "rollouts": float(rollouts)}, step=iteration
+                self.mlflow_parent, {"val_score": metrics["val_score"], "rollouts": float(rollouts)}, step=step
             )
+
+    def run_start(self, val_score: float, rollouts: int) -> None:
+        """The initial evaluation on the run's MLflow run: ``val_score`` and ``rollouts`` at step 0 (once: a
+        resumed run does not log it again), the val split as the run's input."""
+        lineage, parent = self._mirror, self.mlflow_parent
+        if lineage is None or parent is None or lineage.has_metric(parent, "val_score", 0):
+            return
+        self._dataset(parent, "val")
+        lineage.log_metrics(parent, {"val_score": val_score, "rollouts": float(rollouts)}, step=0)
 
     def run_end(
         self,
@@ -205,9 +259,14 @@ class Recorder:
         final: HarnessRef,
         final_score: float,
         metrics: Mapping[str, float],
+        *,
+        test_score: float | None = None,
+        final_checkpoint: str | None = None,
     ) -> None:
         """A run's end on its MLflow run: the metric-curve figure, the report, the final harness (status ``final``,
-        with its val score) and the run's closing metrics (test scores, budget spent)."""
+        with its val score and ``test_score``), the run's closing metrics (test scores, budget spent), and the
+        final checkpoint's Logged Model (when the run trained one): ``test_score`` on the model (test split) and a
+        registered model version with the alias ``final``."""
         lineage, parent = self.lineage, self.mlflow_parent
         if lineage is None or parent is None:
             return
@@ -221,5 +280,31 @@ class Recorder:
             parent_sha=final.parent,
             status="final",
             score=final_score,
+            test_score=test_score,
         )
         lineage.log_metrics(parent, metrics)
+        model_id = lineage.model_id_of(final_checkpoint) if final_checkpoint else None
+        if test_score is not None:
+            ds = self._dataset(parent, "test")
+            lineage.log_metrics(parent, {"test_score": test_score}, model_id=model_id, dataset=ds)
+        if model_id is None:
+            return
+        tags = {"whale.val_score": f"{final_score:.4f}", "whale.harness_sha": final.sha}
+        if test_score is not None:
+            tags["whale.test_score"] = f"{test_score:.4f}"
+        prompt = lineage.harness_prompt(self.run_id, final.sha)
+        if prompt:
+            tags["whale.harness_prompt"] = prompt
+        lineage.register_final(parent, model_id, tags)
+
+
+def _board_row(lineage: Lineage, run_id: str, c: LoggedCandidate) -> dict[str, Any]:
+    """One leaderboard row: the candidate's sha12, status, val score, mean prompt tokens, reason and prompt URI."""
+    return {
+        "sha12": c.sha[:12],
+        "status": c.status,
+        "val_score": None if c.score is None else round(c.score, 4),
+        "prompt_tokens": None if c.prompt_tokens is None else round(c.prompt_tokens, 1),
+        "reason": c.reason or "",
+        "prompt": lineage.harness_prompt(run_id, c.sha) or "",
+    }
