@@ -5,6 +5,7 @@ headless Chromium driven through ``/usr/bin/chromedriver`` (selenium; no browser
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -87,6 +88,75 @@ def open_and_wait(driver: Any, url: str, needle: str, shot: str) -> str:
     hits = driver.find_elements(By.XPATH, f"//*[contains(text(), '{needle}')]")
     if hits:
         driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", hits[-1])
+    time.sleep(1)  # let the page finish painting before the screenshot
+    assert driver.save_screenshot(str(path))
+    print(f"screenshot: {path}")
+    return str(driver.find_element(By.TAG_NAME, "body").text)
+
+
+@contextmanager
+def whale_ui(env: dict[str, str], log_path: Path, *extra: str) -> Iterator[tuple[str, str, subprocess.Popen[bytes]]]:
+    """``whale ui`` on a free port as a user runs it: the venv's ``whale`` script with the venv NOT on ``PATH``.
+    Yields (base URL, the latest run's URL it printed, the process) once it printed that URL; stops it with
+    SIGTERM (as a terminal's close would) and checks that it exits by itself."""
+    port = free_port()
+    script = Path(sys.executable).with_name("whale")
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "whale_cli"]
+    env = dict(env, PATH="/usr/bin:/bin")
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [*cmd, "ui", "--port", str(port), *extra], env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        landing = None
+        while landing is None:
+            text = log_path.read_text(errors="replace")
+            landing = next(
+                (x.split(": ", 1)[1].strip() for x in text.splitlines() if x.startswith("latest run: ")), None
+            )
+            if landing is None:
+                assert proc.poll() is None, f"whale ui exited ({proc.returncode}):\n{text[-3000:]}"
+                assert time.monotonic() < deadline, f"whale ui printed no run URL within 240 s:\n{text[-3000:]}"
+                time.sleep(0.5)
+        wait_healthy(f"{base}/health", proc, log_path)
+        yield base, landing, proc
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log_path.read_text()[-3000:]
+    finally:
+        stop_group(proc)
+
+
+def click_and_wait(driver: Any, href_part: str, needle: str, shot: str) -> str:
+    """Click the first link whose href contains ``href_part`` (a user's click: scrolled into view, clicked), wait
+    until ``needle`` is in the page text, save a screenshot; return the page text."""
+    from selenium.common.exceptions import ElementClickInterceptedException, TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(driver, 90, poll_frequency=1)
+    SHOTS.mkdir(exist_ok=True)
+    path = SHOTS / shot
+    try:
+        link = wait.until(
+            lambda d: next(
+                (a for a in d.find_elements(By.XPATH, f"//a[contains(@href, '{href_part}')]") if a.is_displayed()), None
+            )
+        )
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", link)
+        try:
+            link.click()
+        except ElementClickInterceptedException:  # covered by a floating panel: the same click, dispatched
+            driver.execute_script("arguments[0].click();", link)
+        wait.until(lambda d: needle in d.find_element(By.TAG_NAME, "body").text)
+    except TimeoutException:
+        driver.save_screenshot(str(path))
+        text = driver.find_element(By.TAG_NAME, "body").text
+        pytest.fail(
+            f"no link to {href_part!r} or no {needle!r} after it (screenshot {path}); page text:\n{text[:2000]}"
+        )
     time.sleep(1)  # let the page finish painting before the screenshot
     assert driver.save_screenshot(str(path))
     print(f"screenshot: {path}")

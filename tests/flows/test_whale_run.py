@@ -78,8 +78,12 @@ def test_lineage_is_complete_in_mlflow(finished_run: dict[str, Any]) -> None:
         assert child.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
         assert "val_score" in child.data.metrics and "budget_used" in child.data.metrics
     weights_child = next(c for c in children if c.data.tags["whale.leg"] == "weights")
-    assert _client(home).get_metric_history(weights_child.info.run_id, "reward"), "per-step GRPO reward missing"
-    assert {"test_initial", "test_final", "val_score"} <= set(parents[0].data.metrics)
+    assert _client(home).get_metric_history(weights_child.info.run_id, "grpo/reward"), "per-step GRPO reward missing"
+    assert "accepted" not in weights_child.data.metrics  # a weights leg accepts nothing
+    assert {"test_score_initial", "test_score", "val_score"} <= set(parents[0].data.metrics)
+    # the parent's val curve: step 0 = the initial evaluation, then one point per leg
+    curve = sorted(m.step for m in _client(home).get_metric_history(parents[0].info.run_id, "val_score"))
+    assert curve == [0, 1, 2], curve
 
     harnesses = _harness_artifacts(home, runs)
     models = _client(home).search_logged_models(
@@ -105,35 +109,49 @@ def test_lineage_is_complete_in_mlflow(finished_run: dict[str, Any]) -> None:
 
 
 @pytest.mark.browser
-def test_lineage_is_browsable_in_the_mlflow_ui(finished_run: dict[str, Any], tmp_path: Path) -> None:
-    """`mlflow server` over the real run's store, opened in headless Chromium: the checkpoint's Logged Model page
-    shows its harness tag, and the run that holds that harness's artifact shows the artifact and its text."""
-    from mlflow_ui import SHOTS, chromium, mlflow_server, open_and_wait
+def test_from_the_landing_page_to_the_harness_a_checkpoint_was_trained_under(
+    finished_run: dict[str, Any], tmp_path: Path
+) -> None:
+    """`whale ui` (the venv's script, venv not on PATH) over the real run's home prints the run's page; in headless
+    Chromium, from that landing page, links alone lead to the final checkpoint (its val and test scores, with their
+    datasets) and from it to the harness text it was trained under. Two clicks (before issue #20: 7-8 clicks and a
+    64-hex param read by eye)."""
+    import json
+    import urllib.request
+
+    from mlflow_ui import SHOTS, chromium, click_and_wait, open_and_wait, whale_ui
 
     home, run_id = finished_run["home"], finished_run["run_id"]
     client = _client(home)
-    runs = _runs(home, run_id)
-    exp_id = runs[0].info.experiment_id
-    (model,) = client.search_logged_models(experiment_ids=[exp_id], filter_string=f"tags.`whale.run_id` = '{run_id}'")
-    sha = model.tags["whale.harness_sha"]
-    holder, art_path = next(
-        (r, a.path)
-        for r in runs
-        for a in client.list_artifacts(r.info.run_id, "harnesses")
-        if Path(a.path).name.startswith(sha[:12])
+    summary = json.loads((home / "runs" / run_id / "summary.json").read_text())
+    (model,) = client.search_logged_models(
+        experiment_ids=[_runs(home, run_id)[0].info.experiment_id],
+        filter_string=f"tags.`whale.checkpoint_id` = '{summary['final_checkpoint']}'",
     )
-    with (
-        mlflow_server(f"sqlite:///{home / 'mlflow.db'}", home / "mlartifacts", tmp_path / "server.log") as url,
-        chromium(tmp_path / "profile") as browser,
-    ):
-        model_url = f"{url}/#/experiments/{exp_id}/models/{model.model_id}"
-        text = open_and_wait(browser, model_url, sha, "mlflow_model_page.png")
-        assert model.tags["whale.checkpoint_id"] in text
-        artifact_url = f"{url}/#/experiments/{exp_id}/runs/{holder.info.run_id}/artifacts/{art_path}"
-        text = open_and_wait(browser, artifact_url, Path(art_path).name, "mlflow_run_page.png")
-        assert "whale_harness" in text and "instruction" in text  # the harness text itself is rendered
-    assert (SHOTS / "mlflow_model_page.png").stat().st_size > 10_000
-    assert (SHOTS / "mlflow_run_page.png").stat().st_size > 10_000
+    trained_under = model.tags["whale.harness_sha"]
+    prompt_name, version = model.tags["whale.harness_prompt"].removeprefix("prompts:/").split("/")
+    prompt = client.get_prompt_version(prompt_name, version)
+    assert prompt.tags["whale.sha"] == trained_under and prompt.template.startswith("whale_harness")
+    scores = {m.key: m for m in model.metrics}
+    assert scores["test_score"].value == pytest.approx(summary["test_final"])
+    assert (scores["val_score"].dataset_name, scores["test_score"].dataset_name) == ("arith-val", "arith-test")
+    harness_name = next(x for x in prompt.template.splitlines() if x.startswith("name: ")).removeprefix("name: ")
+
+    with whale_ui(finished_run["env"], tmp_path / "ui.log") as (base, landing, _proc), chromium(tmp_path / "p") as b:
+        with urllib.request.urlopen(f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=whale") as r:
+            tags = {t["key"]: t["value"] for t in json.load(r)["experiment"]["tags"]}
+        assert tags["mlflow.experimentKind"] == "custom_model_development"  # opens on the runs
+        assert landing == f"{base}/#/experiments/{model.experiment_id}/runs/{summary['mlflow_run_id']}"
+        # the landing page (the only URL typed); then clicks only
+        open_and_wait(b, landing, model.name, "ui_1_landing_run_page.png")
+        text = click_and_wait(b, f"/models/{model.model_id}", "test_score", "ui_2_checkpoint_page.png")
+        assert "val_score" in text and "arith-test" in text and prompt_name in text  # its scores and its harness
+        text = click_and_wait(b, f"/prompts/{prompt_name}", harness_name, "ui_3_harness_text.png")
+        assert "whale_harness" in text and "template" in text  # the harness text itself
+    clicks = 2
+    print(f"clicks from the landing page to the harness text: {clicks} (before: 7-8)")
+    for shot in ("ui_1_landing_run_page.png", "ui_2_checkpoint_page.png", "ui_3_harness_text.png"):
+        assert (SHOTS / shot).stat().st_size > 10_000
 
 
 RESUME_PROBE = """

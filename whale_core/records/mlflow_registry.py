@@ -25,6 +25,7 @@ harness artifact, which holds every text.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -201,4 +202,11 @@ def register_final(
         )  # fmt: skip
         version = str(mv.version)
     client.set_registered_model_alias(name, FINAL_ALIAS, version)
+    # what `mlflow.register_model` adds: the Logged Model's page lists its model versions from this tag
+    from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
+
+    linked = json.loads(client.get_logged_model(model_id).tags.get(MLFLOW_MODEL_VERSIONS) or "[]")
+    entry = {"name": name, "version": version}
+    if entry not in linked:
+        client.set_logged_model_tags(model_id, {MLFLOW_MODEL_VERSIONS: json.dumps([*linked, entry])})
     return version
