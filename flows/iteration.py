@@ -14,14 +14,17 @@ run again — and come back ``Cached`` — but nothing is written twice. A rerun
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from prefect import flow
 
+from flows import prefect_ui
 from flows.common import IterState, RunHandles
 from tasks import grpo_update, plateau_check, propose_harness, rollout_task, score_harness
+from whale_core import progress
 from whale_core.legs.budget import Budget
 from whale_core.legs.harness_leg import HarnessLeg, HarnessLegOptions
 from whale_core.legs.leg import Leg, LegResult, LegStart
@@ -29,6 +32,7 @@ from whale_core.legs.schedule import Decision, LegOutcome
 from whale_core.legs.scoring import ScoreBlock
 from whale_core.legs.weights_leg import WeightsLeg
 from whale_core.proposers.base import Proposal, ProposalContext, ProposerUnavailable, check_candidate
+from whale_core.records.lineage import leg_run_name
 from whale_core.records.recorder import Recorder, suite_splits
 from whale_core.records.refs import HarnessRef, PolicyRef
 
@@ -46,9 +50,12 @@ class IterationResult:
 class _TaskProposer:
     """A `Proposer` whose call is the cached, retried ``propose-harness`` task."""
 
-    def __init__(self, search: dict[str, Any], seed: int, incumbent: Any, restrict_to: Any, opts: dict[str, Any]):
+    def __init__(
+        self, search: dict[str, Any], seed: int, incumbent: Any, restrict_to: Any, opts: dict[str, Any], name: str
+    ):
         self.name = str(search.get("proposer", "mutate"))
-        self.search, self.seed, self.incumbent, self.restrict_to, self.opts = search, seed, incumbent, restrict_to, opts
+        self.search, self.seed, self.incumbent, self.restrict_to = search, seed, incumbent, restrict_to
+        self.opts = {**opts, "task_run_name": name}
 
     def propose(self, context: ProposalContext, k: int) -> list[Proposal]:
         state = propose_harness.with_options(**self.opts)(context, k, self.search, self.seed, return_state=True)
@@ -85,7 +92,7 @@ def _close_earlier_attempts(h: RunHandles, iteration: int, kind: str, refresh: b
     return min((leg.started for leg in earlier), default=None)
 
 
-@flow(name="block-ascent-iteration", flow_run_name="{run_id}/iteration-{iteration}", persist_result=True)
+@flow(name="block-ascent-iteration", flow_run_name="{run_id}/iter-{iteration:02d}", persist_result=True)
 def block_ascent_iteration(
     run_id: str,
     config: dict[str, Any],
@@ -103,8 +110,12 @@ def block_ascent_iteration(
     h = RunHandles.open(run_id, cfg)
     bud = Budget.from_dict(budget)
     opts: dict[str, Any] = {"refresh_cache": True} if refresh else {}
-    decision = plateau_check.with_options(**opts)(history, cfg.mode, cfg.schedule.model_dump(mode="json"), iteration)
+    decision = plateau_check.with_options(**opts, task_run_name=f"plateau-check-iter{iteration}")(
+        history, cfg.mode, cfg.schedule.model_dump(mode="json"), iteration
+    )
     kind = decision.leg
+    # named like the leg's MLflow run now that the leg is known; tagged on the flow run only (tasks do not inherit)
+    prefect_ui.label_flow_run(f"{run_id}/{leg_run_name(iteration, kind)}", [run_id, cfg.mode, kind])
     done = None if refresh else _matching_done_leg(h, iteration, kind, state)
     rec = Recorder(
         h.archive, h.lineage, run_id=run_id, mlflow_parent=h.mlflow_parent, replay=done is not None,
@@ -120,14 +131,18 @@ def block_ascent_iteration(
     )
     if done is None:
         h.archive.set_leg_mlflow_run(leg.id, child)
+    url = prefect_ui.flow_run_url()
+    if url:
+        h.lineage.client.set_tag(child, "whale.prefect_flow_run", url)
     spent_before = bud.spent
+    t0 = time.monotonic()
     try:
         if kind == "weights":
             step: Leg = _weights_leg(h, cfg, iteration, state, base, opts, generation, rec, as_of or leg.started)
         else:
             step = _harness_leg(h, cfg, iteration, state, opts, rec)
         res = step.run(LegStart(run_id, iteration, state.policy, state.harness, state.metric, bud, leg.id, as_of))
-        metric = _evaluate(h, cfg, opts, state, res, bud)
+        metric = _evaluate(h, cfg, opts, state, res, bud, iteration)
     except Exception as exc:
         if done is None:
             h.archive.fail_leg(leg.id, f"{type(exc).__name__}: {exc}", budget_used=bud.spent - spent_before)
@@ -146,6 +161,13 @@ def block_ascent_iteration(
         metrics=metrics, rollouts=state.rollouts + used,
     )  # fmt: skip
     h.lineage.end(child)
+    if kind == "harness":
+        prefect_ui.leaderboard_artifact(h.archive, run_id, leg.id, iteration, state.policy.checkpoint_id)
+    progress.leg_result(
+        iteration, kind, state.metric, metric, time.monotonic() - t0,
+        accepted=res.harness.sha[:12] if res.accepted else None,
+        candidates=int(res.metrics["candidates"]) if "candidates" in res.metrics else None,
+    )  # fmt: skip
     outcome = LegOutcome(iteration, kind, metric, res.accepted if kind == "harness" else None, state.metric)
     new_state = IterState(res.policy, res.harness, metric, state.rollouts + used)
     return IterationResult(new_state, outcome, decision, bud.to_dict(), used, done is not None)
@@ -157,12 +179,14 @@ def run_splits(cfg: Any) -> dict[str, dict[str, Any]]:
     return suite_splits(suite, cfg.seed, rollout.val_problems, rollout.test_problems)
 
 
-def _evaluate(h: RunHandles, cfg: Any, opts: dict[str, Any], state: IterState, res: LegResult, bud: Budget) -> float:
+def _evaluate(
+    h: RunHandles, cfg: Any, opts: dict[str, Any], state: IterState, res: LegResult, bud: Budget, iteration: int
+) -> float:
     """The validation score of the pair the leg ends with (the start's when the leg changed nothing); the
     evaluation is charged to the leg's kind."""
     if (res.policy, res.harness) == (state.policy, state.harness):
         return state.metric
-    ev = rollout_task.with_options(**opts)(
+    ev = rollout_task.with_options(**opts, task_run_name=f"rollout-val-iter{iteration}")(
         res.policy,
         res.harness,
         cfg.suite.model_dump(mode="json"),
@@ -213,7 +237,7 @@ def _weights_leg(
     suite_cfg, weights_cfg = cfg.suite.model_dump(mode="json"), cfg.weights.model_dump(mode="json")
 
     def train(policy: PolicyRef, harness: HarnessRef, cap: int) -> Any:
-        return grpo_update.with_options(**opts)(
+        return grpo_update.with_options(**opts, task_run_name=f"grpo-update-iter{iteration}")(
             policy, base, harness, suite_cfg, weights_cfg, cfg.seed, iteration, generation, cap, str(out_dir),
             population,
         )  # fmt: skip
@@ -234,17 +258,30 @@ def _harness_leg(
     incumbent = state.harness.load()
     restrict = frozenset({"instruction"}) if cfg.mode == "prompt-weights" else None
     suite_cfg = cfg.suite.model_dump(mode="json")
-    score = score_harness.with_options(**opts)
+    rounds = list(cfg.search.rounds)
+    totals: dict[str, list[float]] = {}  # per harness: [sum of scores, problems scored] for the progress line
+
+    def score(hh: Any, j: int) -> Any:  # round r: the halving round whose problem count the block reaches
+        r = sum(1 for n in rounds if n < j)
+        return score_harness.with_options(**opts, task_run_name=f"score-harness-{hh.sha[:12]}-r{r}")
+
+    def scored(hh: Any, block: ScoreBlock) -> ScoreBlock:
+        t = totals.setdefault(hh.sha, [0.0, 0.0])
+        t[0], t[1] = t[0] + sum(block.scores), t[1] + len(block.scores)
+        best = max((a / n for a, n in totals.values() if n), default=None)
+        progress.candidate_scored(iteration, len(totals), cfg.search.candidates + 1, best)
+        return block
 
     def roll_many(jobs: list[tuple[Any, int, int]]) -> list[ScoreBlock]:
         seed, batch = cfg.seed, cfg.rollout.batch_size
-        args = [(state.policy, HarnessRef.of(hh), suite_cfg, i, j, seed, batch) for hh, i, j in jobs]
+        args = [(hh, (state.policy, HarnessRef.of(hh), suite_cfg, i, j, seed, batch)) for hh, i, j in jobs]
         if cfg.orchestration.inline:  # one worker: in this thread (see OrchestrationConfig for why)
-            return [score(*a) for a in args]
-        futures = [score.submit(*a) for a in args]
-        return [f.result() for f in futures]
+            return [scored(hh, score(hh, a[4])(*a)) for hh, a in args]
+        futures = [(hh, score(hh, a[4]).submit(*a)) for hh, a in args]
+        return [scored(hh, f.result()) for hh, f in futures]
 
     options = HarnessLegOptions(cfg.search, cfg.seed, h.run_dir / "traces", cfg.rollout.batch_size, restrict)
     search = cfg.search.model_dump(mode="json")
-    proposer = _TaskProposer(search, cfg.seed + iteration, incumbent, restrict, opts)
+    name = f"propose-harness-iter{iteration}"
+    proposer = _TaskProposer(search, cfg.seed + iteration, incumbent, restrict, opts, name)
     return HarnessLeg(options, suite_of(suite_cfg), rec, proposer=proposer, roll_many=roll_many)

@@ -5,22 +5,26 @@ Entry points used by the CLI: `start_run` (new run), `resume_run` (same run id a
 back ``Cached``, the archive and MLflow records are re-attached, not duplicated), `rerun_iteration` (recompute one
 iteration's leg and whatever depends on it). Each call is one Prefect flow run of `whale_run`.
 
-Labels in the Prefect UI are names, not tags: the run's flow run is named for the WHALE run id, each iteration's
-subflow ``RUN_ID/iteration-N``, and the run's own evaluations ``rollout-init``, ``rollout-test-initial`` and
-``rollout-test-final``. WHALE puts no tags on task runs because Prefect turns every task-run tag into a
-tag-concurrency request to its server before the task may start (one round trip per task, measured at 0.04–2 s on
-2 cores). A user's own ``with tags("gpu"):`` around a run still applies, concurrency limits included.
+Labels in the Prefect UI (see flows/prefect_ui.py): the run's flow run is named for the WHALE run id, each
+iteration's subflow like its leg's MLflow run (``RUN_ID/iter-01-weights``), tasks for what they do and where
+(``grpo-update-iter1``, ``score-harness-<sha12>-r<round>``, ...), and the run's own evaluations ``rollout-init``,
+``rollout-test-initial`` and ``rollout-test-final``. Tags (run id, mode, leg) go on flow runs only, set on the running
+flow run through the client so that its tasks do not inherit them: WHALE puts no tags on task runs because Prefect
+turns every task-run tag into a tag-concurrency request to its server before the task may start (one round trip per
+task, measured at 0.04–2 s on 2 cores). A user's own ``with tags("gpu"):`` around a run still applies, concurrency
+limits included.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 from prefect import flow
 
-from flows import sqlite_retry
+from flows import prefect_ui, sqlite_retry
 from flows.common import IterState, RunHandles, heartbeats
 from flows.iteration import block_ascent_iteration, run_splits
 from flows.startup import prepare
@@ -74,6 +78,10 @@ def whale_run(
     cfg = WhaleConfig.model_validate(config)
     h = RunHandles.open(run_id, cfg)
     h.archive.update_run(run_id, status="running")
+    prefect_ui.label_flow_run(None, [run_id, cfg.mode])  # the flow run's own tags: its tasks do not inherit them
+    prefect_url = prefect_ui.flow_run_url()
+    if prefect_url:  # the link from MLflow to the flow run (as `whale ui --prefect` serves it)
+        h.lineage.client.set_tag(h.mlflow_parent, "whale.prefect_flow_run", prefect_url)
     base = PolicyRef.base(cfg.model.name, cfg.model.device)
     h0 = HarnessRef.of(seed_harness(cfg))
     bud = Budget.from_config(cfg.budget)
@@ -86,6 +94,8 @@ def whale_run(
         _recorder(h).run_start(ev0.score, ev0.completions)
         state, bud, history = _iterate(h, config, IterState(base, h0, ev0.score, 0), base, bud, rerun_from, generation)
         summary = _finish(h, base, h0, ev0.score, state, bud, history)
+        prefect_ui.report_artifacts(Path(summary["report"]), summary.get("mlflow_url"))
+        summary["prefect_url"] = prefect_url
         h.archive.update_run(run_id, status="finished")
         h.lineage.end(h.mlflow_parent)
         return summary

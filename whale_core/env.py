@@ -50,6 +50,10 @@ def setup_offline_env(home: Path | None = None) -> Path:
         "PREFECT_HOME": str(home / "prefect"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+        # WHALE's own log lines (whale_core.progress: GRPO steps, candidates, leg results) reach the flow/task run's
+        # logs in the Prefect UI; outside a run (a CLI command's own lines) they are not an error
+        "PREFECT_LOGGING_EXTRA_LOGGERS": "whale",
+        "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",
         "MLFLOW_DISABLE_TELEMETRY": "true",
         "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
         "DO_NOT_TRACK": "1",

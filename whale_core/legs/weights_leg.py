@@ -51,6 +51,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from whale_core import progress as progress_events
 from whale_core import seeds
 from whale_core.legs.grpo import (
     Spent,
@@ -171,7 +172,13 @@ def train_weights_leg(
     args = grpo_args(cfg, trainer_dir, max_steps, max_len, on_cpu, on_cpu is False and torch.cuda.is_bf16_supported())
     resume, prior = resume_point(trainer_dir, per_step)
     spent = Spent(filter_cost, prior, task)
-    ours = leg_callback(trainer_dir, per_step, max_completions, spent, progress)
+
+    def report(m: StepMetrics) -> None:  # the console's live line (whale_core.progress), then the caller's
+        progress_events.grpo_step(None, m.step, max_steps, m.reward_mean)
+        if progress is not None:
+            progress(m)
+
+    ours = leg_callback(trainer_dir, per_step, max_completions, spent, report)
     trainer = run_trainer(
         model, tokenizer, member_stops, rewards, args, dataset, peft_config, [ours, *callbacks],
         resume[1] if resume else None,
