@@ -131,7 +131,7 @@ def whale_ui(env: dict[str, str], log_path: Path, *extra: str) -> Iterator[tuple
 
 def click_and_wait(driver: Any, href_part: str, needle: str, shot: str) -> str:
     """Click the first link whose href contains ``href_part`` (a user's click: scrolled into view, clicked), wait
-    until ``needle`` is in the page text, save a screenshot; return the page text."""
+    until the browser is at that link and ``needle`` is in the page text, save a screenshot; return the page text."""
     from selenium.common.exceptions import ElementClickInterceptedException, TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -140,16 +140,17 @@ def click_and_wait(driver: Any, href_part: str, needle: str, shot: str) -> str:
     SHOTS.mkdir(exist_ok=True)
     path = SHOTS / shot
     try:
-        link = wait.until(
-            lambda d: next(
-                (a for a in d.find_elements(By.XPATH, f"//a[contains(@href, '{href_part}')]") if a.is_displayed()), None
-            )
-        )
+        link = wait.until(lambda d: _link_to(d, href_part))
         driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", link)
+        tabs, new_tab = set(driver.window_handles), link.get_attribute("target") == "_blank"
         try:
             link.click()
         except ElementClickInterceptedException:  # covered by a floating panel: the same click, dispatched
             driver.execute_script("arguments[0].click();", link)
+        if new_tab:  # the link opens a new tab: follow it there
+            wait.until(lambda d: set(d.window_handles) - tabs)
+            driver.switch_to.window((set(driver.window_handles) - tabs).pop())
+        wait.until(lambda d: href_part in d.current_url)  # the link was followed (the old page may hold the needle)
         wait.until(lambda d: needle in d.find_element(By.TAG_NAME, "body").text)
     except TimeoutException:
         driver.save_screenshot(str(path))
@@ -161,3 +162,12 @@ def click_and_wait(driver: Any, href_part: str, needle: str, shot: str) -> str:
     assert driver.save_screenshot(str(path))
     print(f"screenshot: {path}")
     return str(driver.find_element(By.TAG_NAME, "body").text)
+
+
+def _link_to(driver: Any, href_part: str) -> Any:
+    """A displayed link whose href contains ``href_part``, one that opens in the same tab first (None if none)."""
+    from selenium.webdriver.common.by import By
+
+    links = [a for a in driver.find_elements(By.XPATH, f"//a[contains(@href, '{href_part}')]") if a.is_displayed()]
+    links.sort(key=lambda a: a.get_attribute("target") == "_blank")
+    return links[0] if links else None

@@ -144,7 +144,7 @@ def test_from_the_landing_page_to_the_harness_a_checkpoint_was_trained_under(
         assert landing == f"{base}/#/experiments/{model.experiment_id}/runs/{summary['mlflow_run_id']}"
         # the landing page (the only URL typed); then clicks only
         open_and_wait(b, landing, model.name, "ui_1_landing_run_page.png")
-        text = click_and_wait(b, f"/models/{model.model_id}", "test_score", "ui_2_checkpoint_page.png")
+        text = click_and_wait(b, f"/models/{model.model_id}", "About this logged model", "ui_2_checkpoint_page.png")
         assert "val_score" in text and "arith-test" in text and prompt_name in text  # its scores and its harness
         text = click_and_wait(b, f"/prompts/{prompt_name}", harness_name, "ui_3_harness_text.png")
         assert "whale_harness" in text and "template" in text  # the harness text itself

@@ -106,15 +106,10 @@ def ensure_prompt_version(
             if client.get_prompt(name) is None:
                 raise
     parent = record.get("parent")
-    tags = {
-        "whale.sha": sha,
-        "whale.name": str(record.get("name") or sha[:12]),
-        "whale.status": str(record["status"]),
-        "whale.score": score_text(record.get("score")),
-        "whale.parent": parent or "none",
-    }
+    tags = {"whale.status": str(record["status"]), "whale.score": score_text(record.get("score"))}  # shown first
     if record.get("test_score") is not None:
         tags["whale.test_score"] = score_text(record["test_score"])
+    tags |= {"whale.sha": sha, "whale.name": str(record.get("name") or sha[:12]), "whale.parent": parent or "none"}
     if record.get("reason"):
         tags["whale.reason"] = str(record["reason"])[:_TAG_MAX]
     if parent:
@@ -123,7 +118,7 @@ def ensure_prompt_version(
             tags["whale.parent_prompt"] = prompt_uri(name, found_parent.version)
     pv = find_prompt_version(client, name, sha)
     if pv is None:
-        summary = f"{record['status']}, val score {tags['whale.score']}"
+        summary = f"first recorded as {record['status']}, val score {tags['whale.score']}"
         pv = client.create_prompt_version(name, text, description=summary, tags=tags)
     else:
         for key, value in tags.items():
