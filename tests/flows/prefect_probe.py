@@ -1,5 +1,5 @@
 """Print, as JSON, every Prefect task run created at or after a given time: name, tags, state name and the name of
-the flow run it ran in (``RUN_ID`` for a run's own tasks, ``RUN_ID/iteration-N`` inside an iteration).
+the flow run it ran in (``RUN_ID`` for a run's own tasks, ``RUN_ID/iter-NN-<leg>`` inside an iteration).
 
 Run as a subprocess with the same WHALE_HOME / PREFECT_HOME as the run under test. It reads that home's Prefect
 database through a temporary server started the way a `whale` command starts one (`whale_core.env.setup_offline_env`,

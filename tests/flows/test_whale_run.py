@@ -186,9 +186,9 @@ def test_rerun_recomputes_only_that_leg(finished_run: dict[str, Any]) -> None:
         assert not s["tags"], s  # labels are names: a task-run tag would cost a concurrency request per task
         it = "init" if s["name"] == "rollout-init" else s["flow_run"].removeprefix(f"{run_id}/")
         by_iter.setdefault(it, Counter())[s["state"]] += 1
-    assert set(by_iter["iteration-0"]) == {"Cached"}, by_iter
+    assert set(by_iter["iter-00-harness"]) == {"Cached"}, by_iter
     assert set(by_iter["init"]) == {"Cached"}, by_iter
-    assert "Cached" not in by_iter["iteration-1"] and by_iter["iteration-1"]["Completed"] >= 2, by_iter
+    assert "Cached" not in by_iter["iter-01-weights"] and by_iter["iter-01-weights"]["Completed"] >= 2, by_iter
 
 
 def _legs_done(db: Path) -> int:
@@ -241,7 +241,7 @@ def test_sigkill_then_resume_finishes_with_cached_work(tmp_path: Path, models_di
     res = whale(env, "resume", "crash")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     states = task_states(env, since)
-    iter0 = [s["state"] for s in states if s["flow_run"] == "crash/iteration-0"]
+    iter0 = [s["state"] for s in states if s["flow_run"] == "crash/iter-00-harness"]
     init = [s["state"] for s in states if s["name"] == "rollout-init"]
     assert iter0 and set(iter0) == {"Cached"}, states
     assert init == ["Cached"], states
