@@ -35,6 +35,7 @@ from whale_core.legs.budget import Budget
 from whale_core.legs.schedule import LegOutcome
 from whale_core.records.recorder import Recorder
 from whale_core.records.refs import HarnessRef, PolicyRef
+from whale_core.science.outputs import write_outputs
 from whale_core.science.report import TestScores, write_report
 
 
@@ -151,8 +152,9 @@ def _finish(
     bud: Budget,
     history: list[LegOutcome],
 ) -> dict[str, Any]:
-    """The run's end: the initial and the final pair on the test split, the report (recorded with the final
-    harness and the test scores) and ``summary.json``; returns the summary."""
+    """The run's end: the initial and the final pair on the test split, the ready outputs (``final_harness.yaml``,
+    the final adapter, the reproduce line), the report (recorded with the final harness and the test scores) and
+    ``summary.json``; returns the summary."""
     cfg, run_id = h.cfg, h.run_id
     suite_cfg, traces = cfg.suite.model_dump(mode="json"), str(h.run_dir / "traces")
     t0 = rollout_task.with_options(task_run_name="rollout-test-initial")(
@@ -170,6 +172,7 @@ def _finish(
     )
     bud.charge("eval", t0.completions + t1.completions)
     test = TestScores(initial=t0.score, final=t1.score, n=t1.n)
+    outputs = write_outputs(h.run_dir, cfg, state.policy, state.harness)
     md, png = write_report(
         h.archive,
         run_id,
@@ -180,6 +183,7 @@ def _finish(
         final_harness=state.harness.load(),
         final_checkpoint=state.policy.checkpoint_id,
         budget=bud.to_dict(),
+        outputs=outputs,
     )
     _recorder(h).run_end(
         md, png, state.harness, state.metric, {"test_score_initial": test.initial, "budget_spent": float(bud.spent)},
@@ -201,6 +205,9 @@ def _finish(
         "legs": [o.leg for o in history],
         "mlflow_run_id": h.mlflow_parent,
         "mlflow_url": h.lineage.run_url(h.mlflow_parent),  # as `whale ui` serves it (default port)
+        "final_harness_file": str(outputs.harness_file),
+        "final_adapter": outputs.adapter,
+        "reproduce": outputs.reproduce,
     }
     (h.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

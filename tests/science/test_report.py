@@ -37,9 +37,9 @@ def test_interrupted_and_superseded_attempts_are_named_under_the_table_not_in_it
     text = md.read_text()
     rows = [line for line in text.splitlines() if line[:4] in ("| 0 ", "| 1 ", "| 2 ")]
     assert rows == [
-        "| 0 | harness | done | why 0 | 0.2500 | 0.5000 | 10 |",
-        "| 1 | weights | done | why 1 | 0.5000 | 0.7500 | 12 |",
-        "| 2 | weights | failed |  | – | – | 0 |",  # a failure that nothing replaced stays in the table
+        "| 0 | harness | done | why 0 | 0.2500 | 0.5000 | – | 10 |",  # no rollout.val_problems stored: no interval
+        "| 1 | weights | done | why 1 | 0.5000 | 0.7500 | – | 12 |",
+        "| 2 | weights | failed |  | – | – | – | 0 |",  # a failure that nothing replaced stays in the table
     ]
     assert "nan" not in text
     assert (

@@ -28,6 +28,7 @@ from whale_core.records.archive.tables import (
     _check,
     _now,
 )
+from whale_core.records.portable import to_home
 
 
 class RunHistory:
@@ -68,7 +69,7 @@ class RunHistory:
                "subset": subset}  # fmt: skip
         vals = {"score": float(score), "n": int(n), "completions": int(completions),
                 "prompt_tokens": int(prompt_tokens), "completion_tokens": int(completion_tokens),
-                "traces_path": traces_path, "created": _now()}  # fmt: skip
+                "traces_path": None if traces_path is None else to_home(traces_path), "created": _now()}  # fmt: skip
         dialect = self.engine.dialect.name
         with self._write() as s:
             if dialect == "sqlite":

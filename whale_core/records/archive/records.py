@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy.exc import IntegrityError
 
+from whale_core.records.portable import from_home
+
 
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
@@ -125,12 +127,19 @@ class DecisionRecord:
 R = TypeVar("R")
 
 
+# Fields that hold a file path, stored relative to the home when under it (`whale_core.records.portable`).
+_PATH_FIELDS = {"CheckpointRecord": "path", "EvaluationRecord": "traces_path"}
+
+
 def _record(cls: type[R], row: Any, **extra: Any) -> R:
     values: dict[str, Any] = {}
+    path_field = _PATH_FIELDS.get(cls.__name__)
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         v = extra[f.name] if f.name in extra else getattr(row, f.name)
         if isinstance(v, datetime) and v.tzinfo is None:
             v = v.replace(tzinfo=UTC)  # SQLite drops the zone; everything is written in UTC
+        if f.name == path_field and isinstance(v, str):
+            v = from_home(v)  # a relative path is under the current home; an old absolute one as stored
         values[f.name] = v
     return cls(**values)
 

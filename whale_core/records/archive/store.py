@@ -61,6 +61,7 @@ from whale_core.records.archive.tables import (
     _check,
     _now,
 )
+from whale_core.records.portable import to_home
 
 
 def default_url() -> str:
@@ -386,15 +387,17 @@ class Archive(RunHistory):
         mlflow_model_id: str | None = None,
     ) -> CheckpointRecord:
         """Store a checkpoint under its content id; idempotent (an existing id is returned unchanged, except that a
-        missing ``mlflow_model_id`` is filled in)."""
+        missing ``mlflow_model_id`` is filled in). A ``path`` under the home is stored relative to it
+        (`whale_core.records.portable`); records read it back absolute, under the current home."""
 
         def put() -> CheckpointRecord:
             with self._write() as s:
                 row = s.get(CheckpointRow, checkpoint_id)
                 if row is None:
                     row = CheckpointRow(
-                        id=checkpoint_id, run_id=run_id, path=path, parent_id=parent_id, harness_sha=harness_sha,
-                        leg_id=leg_id, step=step, created=_now(), mlflow_model_id=mlflow_model_id,
+                        id=checkpoint_id, run_id=run_id, path=to_home(path), parent_id=parent_id,
+                        harness_sha=harness_sha, leg_id=leg_id, step=step, created=_now(),
+                        mlflow_model_id=mlflow_model_id,
                     )  # fmt: skip
                     s.add(row)
                 elif row.mlflow_model_id is None and mlflow_model_id is not None:
