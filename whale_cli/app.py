@@ -6,6 +6,8 @@ heavy libraries (torch, transformers, Prefect, MLflow) inside the command, so th
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from whale_cli.common import PRECEDENCE
@@ -36,6 +38,28 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.add_typer(models_app, name="models")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"whale {version('whale')}")
+        except PackageNotFoundError:
+            typer.echo("whale (version unknown: the package is not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print WHALE's version and exit")
+    ] = False,
+) -> None:
+    """WHALE's root options."""
+
+
 # the order of `whale --help`; the commands that resolve a config (--config/--set) show the precedence rule
 app.command("eval", epilog=PRECEDENCE)(eval_cmd)
 app.command("train", epilog=PRECEDENCE)(train_cmd)
