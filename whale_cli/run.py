@@ -23,24 +23,68 @@ from whale_cli.common import (
 )
 from whale_core.env import setup_offline_env
 
+VerboseOpt = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Prefect's, MLflow's and the libraries' log lines on the console too")
+]
+
 
 def print_summary(summary: dict[str, Any]) -> None:
+    """The run's end: scores and budget as rich tables, the legs, where the outputs and the lineage are."""
+    from rich.table import Table
+
     from whale_core.env import whale_home
 
     con = console()
     con.rule(f"WHALE run {summary['run_id']} ({summary['mode']})")
+    scores = Table("", "initial", "final", "change", caption="initial: base model and seed harness")
+    for split, a, b, n in (
+        ("test", summary["test_initial"], summary["test_final"], summary.get("test_n")),
+        ("val", summary.get("val_initial"), summary.get("val_final"), None),
+    ):
+        if a is not None and b is not None:
+            label = f"{split} score (n={n})" if n else f"{split} score"
+            scores.add_row(label, f"{a:.4f}", f"[bold green]{b:.4f}[/]", f"{b - a:+.4f}")
+    con.print(scores)
+    budget = summary.get("budget") or {}
+    by_kind = dict(budget.get("by_kind") or {})
+    spent = Table("", *by_kind, "spent", "budget")
+    spent.add_row("rollouts", *(str(v) for v in by_kind.values()), str(sum(by_kind.values())), str(budget.get("total")))
+    con.print(spent)
+    con.print(f"legs: {' → '.join(summary['legs']) or 'none'}", soft_wrap=True, highlight=False)
+    # paths, URLs and commands below the table, each on one line however narrow the console (no wrapping mid-path)
+    for key, label in (
+        ("final_harness_file", "final harness"),
+        ("final_adapter", "final adapter"),
+        ("report", "report"),
+        ("log", "log"),
+        ("reproduce", "reproduce"),
+        ("mlflow_url", "MLflow run"),
+        ("prefect_url", "Prefect flow run"),
+    ):
+        if key == "final_adapter" and key in summary and summary[key] is None:
+            con.print(f"{label}: none (the base model)", soft_wrap=True, highlight=False)
+        elif summary.get(key):
+            con.print(f"{label}: {summary[key]}", soft_wrap=True, highlight=False)
     con.print(
-        f"test score: initial (base model, seed harness) [bold]{summary['test_initial']:.4f}[/] → final "
-        f"(trained model, final harness) [bold green]{summary['test_final']:.4f}[/] "
-        f"({summary['test_final'] - summary['test_initial']:+.4f}, n={summary['test_n']})"
+        f"UIs: `whale ui` (MLflow), `whale ui --prefect` (Prefect, PREFECT_HOME={whale_home() / 'prefect'}); "
+        f"resume or rerun: `whale resume {summary['run_id']}`, `whale rerun {summary['run_id']} --iteration N`",
+        soft_wrap=True,
+        highlight=False,
     )
-    con.print(f"legs: {' → '.join(summary['legs'])}; budget {summary['budget']}")
-    con.print(f"report: {summary['report']}")
-    con.print(
-        f"lineage: `whale ui` then open http://127.0.0.1:5000 (MLflow, experiment 'whale'); "
-        f"Prefect UI: `PREFECT_HOME={whale_home() / 'prefect'} prefect server start` → http://127.0.0.1:4200"
-    )
-    con.print(f"resume or rerun: `whale resume {summary['run_id']}`, `whale rerun {summary['run_id']} --iteration N`")
+
+
+def _run(summary_of: Any, run_id: str, verbose: bool) -> None:
+    """Run ``summary_of()`` under the run's console (progress lines; the rest to runs/<id>/whale.log) and print
+    its summary."""
+    from whale_cli.progress import run_console
+    from whale_core.env import whale_home
+
+    log = whale_home() / "runs" / run_id / "whale.log"
+    with run_console(console(), log, verbose):
+        summary = summary_of()
+    if not verbose:
+        summary = {**summary, "log": str(log)}
+    print_summary(summary)
 
 
 def run_cmd(
@@ -53,6 +97,7 @@ def run_cmd(
     seed: SeedFlag = None,
     device: DeviceFlag = None,
     run_id: Annotated[str | None, typer.Option(help="run id (default: generated)")] = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Run WHALE end to end: alternate harness search and GRPO under one rollout budget, evaluate on test, report.
 
@@ -64,31 +109,37 @@ def run_cmd(
     start_prefect_server()  # first: it boots while the config, the flows and the preload are imported
     cfg = resolve_config(config, set_, mode=mode, model=model, suite=suite, harness=harness, seed=seed, device=device)
     check_model(cfg, "whale run")
-    from flows.whale_run import start_run
+    from flows.whale_run import new_run_id, start_run
 
+    rid = run_id or new_run_id(cfg)
     console().print(
-        f"[bold]whale run[/] mode={cfg.mode} model={cfg.model.name} suite={cfg.suite.name} "
-        f"proposer={cfg.search.proposer} iterations={cfg.iterations} budget={cfg.budget.total}"
+        f"[bold]whale run[/] {rid}: mode={cfg.mode} model={cfg.model.name} suite={cfg.suite.name} "
+        f"proposer={cfg.search.proposer} iterations={cfg.iterations} budget={cfg.budget.total}",
+        highlight=False,
+        soft_wrap=True,
     )
-    print_summary(start_run(cfg, run_id))
+    _run(lambda: start_run(cfg, rid), rid, verbose)
 
 
-def resume_cmd(run: Annotated[str, typer.Argument(help="run id (see `whale runs`)")]) -> None:
+def resume_cmd(
+    run: Annotated[str, typer.Argument(help="run id (see `whale runs`)")], verbose: VerboseOpt = False
+) -> None:
     """Continue a stopped or crashed run: completed tasks come back Cached; MLflow runs are re-attached."""
     setup_offline_env()
     start_prefect_server()
     from flows.whale_run import resume_run
 
-    print_summary(resume_run(run))
+    _run(lambda: resume_run(run), run, verbose)
 
 
 def rerun_cmd(
     run: Annotated[str, typer.Argument(help="run id")],
     iteration: Annotated[int, typer.Option("--iteration", "-i", help="iteration whose leg to recompute")],
+    verbose: VerboseOpt = False,
 ) -> None:
     """Recompute one iteration's leg (e.g. after a failure or a fix) and whatever depends on it; nothing else."""
     setup_offline_env()
     start_prefect_server()
     from flows.whale_run import rerun_iteration
 
-    print_summary(rerun_iteration(run, iteration))
+    _run(lambda: rerun_iteration(run, iteration), run, verbose)
