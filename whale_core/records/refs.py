@@ -79,7 +79,8 @@ class PolicyRef:
     @property
     def model_dir(self) -> str:
         """``model`` as loadable: a trained full model's dir absolute; a base model's name or dir unchanged."""
-        return self.model if self.is_base else from_home(self.model)
+        full = not self.is_base and self.adapter is None  # a full fine-tune: the checkpoint dir is the model
+        return from_home(self.model) if full else self.model
 
     def load(self, trainable: bool = False) -> Any:
         from whale_core.models.policy import load_policy
