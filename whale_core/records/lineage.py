@@ -42,65 +42,25 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale_core.dotted import flatten
+from whale_core.records.mlflow_params import (  # noqa: F401 (re-exported: the lineage's params rule)
+    _PARAM_MAX,
+    REDACTED,
+    _clean_key,
+    flatten_params,
+    is_secret_key,
+    redact_value,
+)
 from whale_core.records.mlflow_store import default_artifact_location, default_uri, save_template, seed_store
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-REDACTED = "***"
 HARNESS_DIR = "harnesses"
 HEADER_PREFIX = "# whale-harness-record: "
-_SECRET_SEGMENTS = {"key", "apikey", "token", "secret", "password", "passwd", "pwd", "credential", "credentials"}
-_URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)([^@\s]+)(@)")
-_BAD_KEY_CHARS = re.compile(r"[^\w./\- :]")
 _SLUG = re.compile(r"^[A-Za-z0-9_\-]+$")
-_PARAM_MAX = 6000  # mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
 _TAG_MAX = 8000
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"  # the UI opens such an experiment on its runs, not the GenAI overview
-
-
-# --------------------------------------------------------------------------------------------- params and redaction
-def is_secret_key(key: str) -> bool:
-    """True when a config key names a credential: one of its ``_``/``-``/``.``/camelCase segments is a secret word."""
-    words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key).lower()
-    segments = [s for s in re.split(r"[_\-.\s/]+", words) if s]
-    return any(s in _SECRET_SEGMENTS for s in segments)
-
-
-def redact_value(value: str) -> str:
-    """Mask a password embedded in a URL (``postgresql://u:pw@host`` -> ``postgresql://u:***@host``)."""
-    return _URL_PASSWORD.sub(rf"\g<1>{REDACTED}\g<3>", value)
-
-
-def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Flatten a nested config into MLflow params: ``{"weights": {"lr": 1e-5}}`` -> ``{"weights.lr": "1e-05"}``.
-
-    Lists and other values become JSON (or ``str``); secret keys become ``"***"``; long values are truncated to
-    MLflow's limit; characters MLflow rejects in keys become ``_``.
-    """
-    flat = flatten(config, prefix, leaf=lambda key, value: not value or is_secret_key(key))
-    return {_clean_key(key): _param_text(key[len(prefix) :], value) for key, value in flat.items()}
-
-
-def _param_text(key: str, value: Any) -> str:
-    if is_secret_key(key.rsplit(".", 1)[-1]):
-        text = REDACTED
-    elif isinstance(value, str):
-        text = redact_value(value)
-    elif value is None or isinstance(value, bool | int | float):
-        text = str(value)
-    else:
-        try:
-            text = redact_value(json.dumps(value, sort_keys=True, default=str))
-        except (TypeError, ValueError):
-            text = redact_value(str(value))
-    return text[:_PARAM_MAX]
-
-
-def _clean_key(key: str) -> str:
-    return _BAD_KEY_CHARS.sub("_", key).strip("/") or "_"
 
 
 def _q(value: str, what: str) -> str:
