@@ -74,3 +74,19 @@ def test_relocation_leaves_other_stores_alone(tmp_path: Path) -> None:
     assert relocate_mlflow_store(tmp_path, "http://127.0.0.1:5000") == 0  # a server decides for itself
     assert relocate_mlflow_store(tmp_path, "postgresql://u@h/db") == 0
     assert relocate_mlflow_store(tmp_path) == 0  # no store file yet
+
+
+def test_a_policy_ref_carries_its_checkpoint_dir_relative_to_the_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from whale_core.records.refs import PolicyRef
+
+    monkeypatch.setenv("WHALE_HOME", str(tmp_path / "moved"))
+    lora = PolicyRef("tiny", "runs/r/iter-01-weights/gen-0/checkpoint", "c1", is_base=False)
+    assert lora.model_dir == "tiny"  # the base model's name, not a path
+    assert lora.adapter_dir == str((tmp_path / "moved").resolve() / "runs/r/iter-01-weights/gen-0/checkpoint")
+    full = PolicyRef("runs/r/iter-01-weights/gen-0/checkpoint", None, "c1", is_base=False)
+    assert full.model_dir == lora.adapter_dir and full.adapter_dir is None
+    old = PolicyRef("tiny", "/old/home/runs/r/checkpoint", "c1", is_base=False)  # a ref persisted before: as stored
+    assert old.adapter_dir == "/old/home/runs/r/checkpoint"
+    assert PolicyRef("tiny", None, "base-x").model_dir == "tiny"
