@@ -32,6 +32,9 @@ def compare_cmd(
     ] = None,
     matrix: Annotated[bool, typer.Option("--matrix/--no-matrix", help="compute the robustness matrix")] = True,
     matrix_n: Annotated[int | None, typer.Option(min=1, help="test problems per robustness-matrix cell")] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Prefect's, MLflow's and the libraries' log lines on the console")
+    ] = False,
 ) -> None:
     """Run every mode x seed under the same budget and write a comparison report (bar chart, training curves with
     leg switches, budget per leg, phase sweep, robustness matrix) under $WHALE_HOME/compare/ID, also in MLflow.
@@ -75,7 +78,12 @@ def compare_cmd(
     )
     t0 = time.perf_counter()
     request = {"config": config.read_text() if config else None, "set": sorted(set_ or [])}
-    summary = start_compare(cfg, spec, cid, command=command, request=request)
+    from flows.compare import compare_dir
+    from whale_cli.progress import run_console
+
+    log = compare_dir(cid) / "whale.log"
+    with run_console(con, log, verbose):  # progress and result lines here; everything else to the log file
+        summary = start_compare(cfg, spec, cid, command=command, request=request)
     from rich.table import Table
 
     from whale_core.science.compare import RunOutcome, aggregate
@@ -91,3 +99,5 @@ def compare_cmd(
     if summary.get("matrix_error"):
         con.print(f"[yellow]robustness matrix failed:[/] {summary['matrix_error']}")
     con.print(f"report: {summary['report']} ({time.perf_counter() - t0:.0f}s)")
+    if not verbose:
+        con.print(f"log: {log}", soft_wrap=True, highlight=False)

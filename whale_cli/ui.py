@@ -47,6 +47,9 @@ def ui_cmd(
         if not _port_free(p):
             say(f"error: port {p} on {HOST} is in use (choose another with --port/--prefect-port)")
             raise typer.Exit(1)
+    from whale_core.records.portable import relocate_mlflow_store
+
+    relocate_mlflow_store(home, uri)  # a moved or copied home serves its own artifacts
     base = f"http://{HOST}:{port}"
     landing = _latest_run_url(uri, base)
     logs = home / "logs"

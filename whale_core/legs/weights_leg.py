@@ -74,6 +74,7 @@ from whale_core.legs.weights_config import (
     upgrade_lora_keys,
 )
 from whale_core.records.checkpoints import CHECKPOINT_FILE, Checkpoint, save_checkpoint
+from whale_core.records.portable import to_home
 from whale_core.records.refs import HarnessRef, PolicyRef
 from whale_core.suites.base import Problem
 
@@ -215,8 +216,9 @@ def _leg_spec(
         "cfg": cfg.model_dump(mode="json"),
         "harness": members[0].sha,
         "parent": parent.id if parent else None,
-        "base": str(policy.base_path),
-        "policy_adapter": str(policy.adapter_path) if policy.adapter_path else None,
+        # relative to the home when under it: a leg interrupted in a home that is then moved still resumes
+        "base": to_home(policy.base_path),
+        "policy_adapter": to_home(policy.adapter_path) if policy.adapter_path else None,
         "max_completions": max_completions,
     }
     if len(members) > 1:
@@ -241,7 +243,8 @@ def _same_leg(stored: dict[str, Any], spec: dict[str, Any]) -> bool:
         cfg = WeightsConfig.model_validate(upgrade_lora_keys(stored.get("cfg", {}))).model_dump(mode="json")
     except Exception:
         return False
-    return {**stored, "cfg": cfg} == spec
+    paths = {k: to_home(stored[k]) for k in ("base", "policy_adapter") if stored.get(k)}  # rows written absolute
+    return {**stored, "cfg": cfg, **paths} == spec
 
 
 def _filtered_problems(

@@ -51,6 +51,7 @@ from whale_core.records.mlflow_params import (  # noqa: F401 (re-exported: the l
     redact_value,
 )
 from whale_core.records.mlflow_store import default_artifact_location, default_uri, save_template, seed_store
+from whale_core.records.portable import current_home, relocate_mlflow_store
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -109,6 +110,7 @@ class Lineage:
 
         self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri()
         self.artifact_location = artifact_location or default_artifact_location(self.tracking_uri)
+        relocate_mlflow_store(current_home(), self.tracking_uri)  # a moved or copied home: see records/portable.py
         fresh = seed_store(self.tracking_uri)
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         if fresh is not None:

@@ -271,6 +271,9 @@ class Recorder:
         if lineage is None or parent is None:
             return
         lineage.log_figure(parent, figure_png, "metric_curve.png")
+        reward_png = figure_png.parent / "reward_curve.png"  # written by the report when the run trained
+        if reward_png.is_file():
+            lineage.log_figure(parent, reward_png, "reward_curve.png")
         lineage.log_text(parent, report_md.read_text(), "report.md")
         lineage.log_harness(
             parent,
