@@ -67,7 +67,15 @@ def runs_cmd() -> None:
     if not runs:
         con.print(f"No runs yet in {archive.safe_url}: start one with `whale run`.")
         return
-    table = Table("run", "mode", "status", "created", "duration", "val", "test", "legs")
+    from rich.table import Column
+
+    if not con.is_terminal:  # piped or in a file: the whole table, not rich's 80-column default
+        con.width = max(con.width, 160)
+    # a run id is what `whale resume` takes: never cut it; the other cells wrap on a narrow terminal
+    table = Table(
+        Column("run", no_wrap=True), Column("mode", no_wrap=True), "status", "created", "duration", "val", "test",
+        "legs",
+    )  # fmt: skip
     for r in runs:
         row = run_row(archive, r, home)
         table.add_row(*(str(row[k]) for k in ("id", "mode", "status", "created", "duration", "val", "test", "legs")))
