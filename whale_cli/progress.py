@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 from whale_core import progress as events
 
+_WORKER_CONSOLE = "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"
 _FORMAT = "%(asctime)s | %(levelname)-7s | %(name)s - %(message)s"
 _RUN_FORMAT = "%(asctime)s | %(levelname)-7s | {} run %({}_run_name)r - %(message)s"
 
@@ -111,6 +113,10 @@ def run_console(console: Any, log_path: Path | None, verbose: bool = False) -> I
         if not any(file_handler in lg.handlers for lg in loggers[:1]):
             logging.getLogger().addHandler(file_handler)
             swapped.append((logging.getLogger(), file_handler, file_handler))
+        # worker processes (Dask) configure Prefect's logging anew from the environment: their console handler
+        # shows warnings only (Prefect's PREFECT_LOGGING_<path> override of logging.yml)
+        env_before = os.environ.get(_WORKER_CONSOLE)
+        os.environ[_WORKER_CONSOLE] = "WARNING"
     try:
         yield
     finally:
@@ -123,3 +129,7 @@ def run_console(console: Any, log_path: Path | None, verbose: bool = False) -> I
         if file_handler is not None:
             logging.captureWarnings(False)
             file_handler.close()
+            if env_before is None:
+                os.environ.pop(_WORKER_CONSOLE, None)
+            else:
+                os.environ[_WORKER_CONSOLE] = env_before

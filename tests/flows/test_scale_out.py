@@ -25,5 +25,6 @@ def test_harness_leg_on_a_local_dask_cluster(tmp_path: Path, micro_model_dir: Pa
     assert res.returncode == 0, log[-4000:]
     run_log = (Path(env["WHALE_HOME"]) / "runs" / "dask" / "whale.log").read_text()  # Prefect's lines go there
     assert "Creating a new Dask cluster" in run_log
+    assert "Task run" not in log, log[-4000:]  # not even from the Dask workers (their own processes)
     scored = [s for s in task_states(env, since) if s["name"].startswith("score-harness")]
     assert len(scored) >= 4 and {s["state"] for s in scored} == {"Completed"}
