@@ -197,3 +197,24 @@ def test_prompt_weights_restriction_is_enforced_by_the_leg(suite: Any, seed: Har
     assert "answer.reverse" in (by_sha[outside.sha].reason or "")
     assert res.accepted and res.incumbent_out == only_instruction
     assert {r.status for r in archive.candidates(run_id)} == {"rejected", "accepted"}
+
+
+def test_a_budget_spent_before_any_candidate_was_scored_ends_the_leg_cleanly(
+    suite: Any, seed: Harness, tmp_path: Path
+) -> None:
+    """A harness leg whose budget covers the incumbent only (a share cap nearly spent, an equal-spend run's last
+    completions): no candidate gets a score, the leg rejects with the budget's reason instead of crashing (it raised
+    KeyError on the winner's missing scores before)."""
+    from whale_core.legs.budget import Budget
+
+    a, b = seed.evolve(name="a", instruction="Sum them."), seed.evolve(name="b", instruction="Add them.")
+    table = {seed.name: [0.0] * 40, "a": [1.0] * 40, "b": [1.0] * 40}
+    bud = Budget(40)
+    res, archive, run_id = _leg(
+        None, seed, suite, SearchConfig(candidates=2, rounds=[20, 40]), tmp_path, proposer=Scripted([a, b]),
+        roll_many=_constructed(suite, table), policy_id="p0", budget=bud,
+    )  # fmt: skip
+    assert not res.accepted and res.incumbent_out == seed and res.winner_score is None
+    assert "budget" in res.reason and bud.remaining("harness") == 0
+    assert [d.kind for d in archive.decisions(run_id)] == ["reject"]
+    assert {c.status for c in res.candidates if c.sha != seed.sha} == {"lost"}

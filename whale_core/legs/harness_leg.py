@@ -366,7 +366,7 @@ class _Attempt:
         self.outcomes.insert(
             0, CandidateOutcome(inc.sha, inc.name, "incumbent", None, inc_score, self.full, sc.prompt_tokens(inc.sha))
         )
-        win_scores = sc.scores[winner.sha][:n_win]
+        win_scores = sc.scores.get(winner.sha, [])[:n_win]  # none when the budget ran out before its turn
         why = (paired.reason if paired else "winner has no scores") + (f"; {stopped}" if stopped else "")
         self.leg.recorder.decide(
             self.iteration, "accept" if accepted else "reject", why, {"winner": winner.sha, "incumbent": inc.sha}
