@@ -28,7 +28,7 @@ from whale_core import progress
 from whale_core.legs.budget import Budget
 from whale_core.legs.harness_leg import HarnessLeg, HarnessLegOptions
 from whale_core.legs.leg import Leg, LegResult, LegStart
-from whale_core.legs.schedule import Decision, LegOutcome
+from whale_core.legs.schedule import Decision, LegOutcome, budget_redirect
 from whale_core.legs.scoring import ScoreBlock
 from whale_core.legs.weights_leg import WeightsLeg
 from whale_core.proposers.base import Proposal, ProposalContext, ProposerUnavailable, check_candidate
@@ -113,6 +113,7 @@ def block_ascent_iteration(
     decision = plateau_check.with_options(**opts, task_run_name=f"plateau-check-iter{iteration}")(
         history, cfg.mode, cfg.schedule.model_dump(mode="json"), iteration
     )
+    decision = budget_redirect(decision, cfg.mode, bud.remaining("harness"), bud.remaining("weights"))
     kind = decision.leg
     # named like the leg's MLflow run now that the leg is known; tagged on the flow run only (tasks do not inherit)
     prefect_ui.label_flow_run(f"{run_id}/{leg_run_name(iteration, kind)}", [run_id, cfg.mode, kind])

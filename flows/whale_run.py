@@ -1,5 +1,6 @@
-"""``whale-run``: a whole WHALE run — initial evaluation, block-ascent iterations until the budget or the iteration
-cap ends, one final test evaluation of the initial and the final (model, harness), and a report.
+"""``whale-run``: a whole WHALE run — initial evaluation, block-ascent iterations until the budget, the iteration
+cap or a no-progress stop ends them, one final test evaluation of the initial and the final (model, harness), and a
+report.
 
 Entry points used by the CLI: `start_run` (new run), `resume_run` (same run id and config: completed tasks come
 back ``Cached``, the archive and MLflow records are re-attached, not duplicated), `rerun_iteration` (recompute one
@@ -32,7 +33,7 @@ from tasks import rollout_task
 from whale_core.config import WhaleConfig, upgrade_stored
 from whale_core.harness import Harness
 from whale_core.legs.budget import Budget
-from whale_core.legs.schedule import LegOutcome
+from whale_core.legs.schedule import LegOutcome, mode_legs, no_progress
 from whale_core.records.recorder import Recorder
 from whale_core.records.refs import HarnessRef, PolicyRef
 from whale_core.science.outputs import write_outputs
@@ -114,12 +115,15 @@ def _iterate(
     rerun_from: int | None,
     generation: int,
 ) -> tuple[IterState, Budget, list[LegOutcome]]:
-    """Block-ascent iterations (one subflow each) until the iteration cap, or a spent budget (recorded as a
-    ``stop`` decision); returns the pair reached, the budget left and each iteration's outcome."""
+    """Block-ascent iterations (one subflow each) until the iteration cap (``iterations``; none when null), a spent
+    budget, or no progress in ``schedule.stop_patience`` legs (`no_progress`), each stop recorded as a ``stop``
+    decision; returns the pair reached, the budget left and each iteration's outcome."""
     cfg, run_id = h.cfg, h.run_id
     history: list[LegOutcome] = []
-    for i in range(cfg.iterations):
-        if bud.remaining("weights") <= 0:
+    initial = state.metric
+    legs = mode_legs(cfg.mode)
+    for i in range(cfg.max_legs):
+        if not any(bud.remaining(k) > 0 for k in legs):
             h.archive.ensure_decision(run_id, i, "stop", "rollout budget spent", {"budget": bud.to_dict()})
             break
         with heartbeats():
@@ -139,6 +143,11 @@ def _iterate(
         history.append(res.outcome)
         if res.completions == 0 and not res.replayed and bud.remaining(res.outcome.leg) <= 0:
             h.archive.ensure_decision(run_id, i, "stop", f"{res.outcome.leg} budget spent", {"budget": bud.to_dict()})
+            break
+        patience = cfg.schedule.stop_patience
+        why = patience and no_progress(history, cfg.mode, patience, cfg.schedule.min_delta, initial)
+        if why:
+            h.archive.ensure_decision(run_id, i + 1, "stop", why, {"budget": bud.to_dict()})
             break
     return state, bud, history
 

@@ -114,7 +114,7 @@ def run_cmd(
     rid = run_id or new_run_id(cfg)
     console().print(
         f"[bold]whale run[/] {rid}: mode={cfg.mode} model={cfg.model.name} suite={cfg.suite.name} "
-        f"proposer={cfg.search.proposer} iterations={cfg.iterations} budget={cfg.budget.total}",
+        f"proposer={cfg.search.proposer} iterations={cfg.iterations or 'until-spent'} budget={cfg.budget.total}",
         highlight=False,
         soft_wrap=True,
     )

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from whale_core.dotted import flatten as flatten  # re-exported: the rule for a config's dotted keys
 from whale_core.errors import WhaleError
@@ -133,7 +133,13 @@ class WhaleConfig(BaseModel):
     seed: int = Field(
         0, description="run seed: sampling, few-shot demos, the proposer, training (the problems: suite.seed)"
     )
-    iterations: int = Field(4, ge=1, le=1000, description="legs to run, one per iteration (the budget may end sooner)")
+    iterations: int | None = Field(
+        4,
+        ge=1,
+        le=1000,
+        description="legs to run, one per iteration (the budget may end sooner); null = until the budget is spent or "
+        "schedule.stop_patience legs bring no progress (equal spend across modes)",
+    )
     harness: str | None = Field(None, description="starting harness YAML file; null = the suite's seed harness")
     model: ModelConfig = Field(default_factory=ModelConfig, description="the policy and where it runs")
     suite: SuiteConfig = Field(default_factory=SuiteConfig, description="the task suite and its splits")
@@ -146,6 +152,20 @@ class WhaleConfig(BaseModel):
     orchestration: OrchestrationConfig = Field(
         default_factory=OrchestrationConfig, description="how candidate scoring fans out"
     )
+
+    @model_validator(mode="after")
+    def _stop_rule(self) -> WhaleConfig:
+        if self.iterations is None and self.schedule.stop_patience is None:
+            raise ValueError(
+                "iterations: null (run until the budget is spent) needs schedule.stop_patience, e.g. 3: without it a "
+                "search that stops finding anything would run on its leftover budget for up to 1000 legs"
+            )
+        return self
+
+    @property
+    def max_legs(self) -> int:
+        """The iteration cap in force: ``iterations``, or 1000 (the schema's ceiling) when it is null."""
+        return self.iterations if self.iterations is not None else 1000
 
 
 def _submodel(ann: Any) -> type[BaseModel] | None:
@@ -173,6 +193,8 @@ def _format_error(err: Mapping[str, Any]) -> str:
         close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
         hint = f" (did you mean '{'.'.join(str(p) for p in loc[:-1] + close)}'?)" if close else ""
         return f"unknown key '{key}'{hint}; valid keys here: {', '.join(valid)}"
+    if not loc:  # a rule across keys (a model validator): its message names the keys
+        return str(err["msg"]).removeprefix("Value error, ")
     return f"'{key}': {err['msg']} (got {err.get('input')!r})"
 
 
