@@ -31,7 +31,9 @@ from whale_core.science.compare import (
     RunOutcome,
     Variant,
     check_compare_id,
+    check_sweep,
     config_diff,
+    config_note,
     outcome_from_run,
     plan_variants,
     run_id_for,
@@ -152,17 +154,7 @@ def whale_compare(
         matrix = _matrix(cfg, sp, outcomes, archive, out)
     except Exception as exc:  # the matrix is an extra: a failure is reported, the comparison report still comes out
         matrix_error = f"{type(exc).__name__}: {exc}"
-    note = (
-        f"Budget per run: {cfg.budget.total} completions (harness share cap: {cfg.budget.harness_share_cap}); "
-        f"iterations ≤ {cfg.iterations}; model `{cfg.model.name}`; suite `{cfg.suite.name}`; seeds {sp.seeds}; "
-        f"test problems per run {cfg.rollout.test_problems}."
-    )
-    short = [p for p in sp.sweep_phase if 2 * p > cfg.iterations]
-    if short:
-        note += (
-            f"\n\nWarning: with iterations={cfg.iterations}, whale-fixed at phase length {short} cannot finish one "
-            "phase of each leg (it needs 2 x p iterations); raise `iterations` and let the budget end the runs."
-        )
+    note = config_note(cfg, sp.seeds)
     if matrix_error:
         note += f"\n\nRobustness matrix failed: {matrix_error}"
     paths = write_compare_report(out, compare_id, outcomes, command=command, config_note=note, matrix=matrix)
@@ -238,6 +230,7 @@ def start_compare(
 ) -> dict[str, Any]:
     """Entry point for the CLI: one Prefect flow run of `whale_compare` (an existing id resumes, `resolve_config`)."""
     base = resolve_config(compare_id, cfg, request)
+    check_sweep(base, spec.sweep_phase)
     prepare(base)
     with heartbeats(top_level=True):
         return whale_compare(

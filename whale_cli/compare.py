@@ -32,6 +32,14 @@ def compare_cmd(
     ] = None,
     matrix: Annotated[bool, typer.Option("--matrix/--no-matrix", help="compute the robustness matrix")] = True,
     matrix_n: Annotated[int | None, typer.Option(min=1, help="test problems per robustness-matrix cell")] = None,
+    equal_spend: Annotated[
+        bool,
+        typer.Option(
+            "--equal-spend",
+            help="every mode may spend the whole budget: no iteration cap (iterations=null); a run ends when the "
+            "budget is spent or after schedule.stop_patience legs (default 3) without a val gain, recorded as a stop",
+        ),
+    ] = False,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Prefect's, MLflow's and the libraries' log lines on the console")
     ] = False,
@@ -40,7 +48,10 @@ def compare_cmd(
     leg switches, budget per leg, phase sweep, robustness matrix) under $WHALE_HOME/compare/ID, also in MLflow.
 
     A failed run is reported, not fatal; re-running with the same `--id` resumes (finished runs are reused).
-    Example: `whale compare --modes all --seeds 3 --sweep-phase 1,2,4,8 --id cmp1`
+    Examples: `whale compare --modes all --seeds 3 --equal-spend --id cmp1` (every mode spends the budget);
+    `whale compare --modes whale-adaptive --sweep-phase 1,2,4,8 --equal-spend --set weights.steps=100
+    --set budget.total=70000` (each phase length alternates at least twice, or the sweep is refused).
+    The coupling check: add `--set search.mutate_wording=paraphrase`.
     """
     import shlex
     import sys
@@ -48,8 +59,17 @@ def compare_cmd(
     setup_offline_env()
     from pydantic import ValidationError
 
-    from whale_core.science.compare import CompareSpec, parse_ints, parse_modes
+    from whale_core.science.compare import (
+        CompareError,
+        CompareSpec,
+        check_sweep,
+        equal_spend_overrides,
+        parse_ints,
+        parse_modes,
+    )
 
+    if equal_spend:
+        set_ = equal_spend_overrides(set_ or [])
     cfg = resolve_config(config, set_)
     check_model(cfg, "whale compare")
     matrix_cfg: dict[str, Any] = {"enabled": matrix}
@@ -64,6 +84,10 @@ def compare_cmd(
         )
     except ValidationError as exc:
         fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+    try:
+        check_sweep(cfg, spec.sweep_phase)
+    except CompareError as exc:
+        fail(str(exc))
     cid = compare_id or new_compare_id()
     command = shlex.join(["whale", *sys.argv[1:]]) if sys.argv[1:2] == ["compare"] else ""
     if command and "--id" not in sys.argv:

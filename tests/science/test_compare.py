@@ -194,7 +194,7 @@ def test_write_compare_report_files_and_numbers(tmp_path: Path) -> None:
             _out("whale-fixed-p4", 0, 0.45, mode="whale-fixed", w=990, h=9, total=1000),
             _out("weights-only", 0, 0.3, w=999, total=1000), _out("harness-only", 0, None)]  # fmt: skip
     paths = write_compare_report(tmp_path, "cmpX", outs, command="whale compare --id cmpX", matrix=_matrix())
-    assert set(paths) == {"bars.png", "curves.png", "sweep.png", "robustness.png", "report.md"}
+    assert set(paths) == {"bars.png", "curves.png", "sweep.png", "robustness.png", "efficiency.png", "report.md"}
     for p in paths.values():
         assert p.is_file() and p.stat().st_size > 100
     md = paths["report.md"].read_text()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -49,6 +50,12 @@ class SearchConfig(BaseModel):
     timeout: float = Field(60.0, gt=0, description="seconds per proposer request before it counts as failed")
     num_retries: int = Field(2, ge=0, le=10, description="litellm retries per request (with backoff) before giving up")
     max_ops: int = Field(2, ge=1, le=6, description="mutate: operators applied per candidate")
+    mutate_wording: Literal["default", "paraphrase"] = Field(
+        "default",
+        description="mutate: how instructions describe an answer encoding: default ('Write the answer reversed (last "
+        "digit first).', the shipped tiny model's warm-up sentence) | paraphrase (words it never saw: the coupling "
+        "check)",
+    )
     served: ServedConfig = Field(default_factory=ServedConfig)
 
     @field_validator("rounds")
@@ -66,7 +73,7 @@ def make_proposer(cfg: SearchConfig, seed: int) -> Proposer:
     if cfg.proposer == "mutate":
         from whale_core.proposers.mutate import MutateProposer
 
-        return MutateProposer(seed=seed, max_ops=cfg.max_ops)
+        return MutateProposer(seed=seed, max_ops=cfg.max_ops, wording=cfg.mutate_wording)
     if cfg.proposer.startswith("served:"):
         from whale_core.proposers.serve import resolve_served_model
         from whale_core.proposers.served import ServedProposer

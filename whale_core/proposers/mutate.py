@@ -4,7 +4,8 @@ Each candidate applies 1..``max_ops`` random operators to a parent drawn from th
 incumbent). The operators are generic — none knows gold answers or any particular suite:
 
 - ``instruction``: replace / prepend / append / drop a sentence, with phrases from a bank of generic phrases,
-  including phrases that describe an answer encoding ("Write the answer reversed.");
+  including phrases that describe an answer encoding ("Write the answer reversed."; with ``wording="paraphrase"``
+  the same encodings in other words, "Give the result in mirror order.");
 - ``answer_encoding``: change ``answer.reverse`` / ``pad`` / ``sep`` and rewrite the instruction's
   format-describing sentence to match (as an LLM would say how answers are written); a new separator also gets a
   ``remove`` parse step (so a digit regex still matches) and room in ``max_new_tokens``;
@@ -35,7 +36,15 @@ import yaml
 from whale_core.harness import Harness, HarnessError
 from whale_core.proposers.base import Proposal, ProposalContext, check_candidate, empty_usage
 
-__all__ = ["ENCODING_PHRASES", "GENERIC_PHRASES", "OPERATORS", "MutateProposer", "describe_encoding"]
+__all__ = [
+    "ENCODING_PHRASES",
+    "GENERIC_PHRASES",
+    "OPERATORS",
+    "PARAPHRASED_ENCODING_PHRASES",
+    "WORDINGS",
+    "MutateProposer",
+    "describe_encoding",
+]
 
 GENERIC_PHRASES: tuple[str, ...] = (
     "Give only the final answer.",
@@ -58,9 +67,21 @@ ENCODING_PHRASES: tuple[str, ...] = (
     "Write the answer in the usual order, most significant digit first.",
 )
 PHRASES = GENERIC_PHRASES + ENCODING_PHRASES
+# The coupling check's wording (``search.mutate_wording: paraphrase``): the same encodings in words the shipped tiny
+# model's warm-up never used (its reversed examples carry "Write the answer reversed (last digit first).", the very
+# sentence `describe_encoding` writes), to measure how much of a result rests on that shared sentence.
+PARAPHRASED_ENCODING_PHRASES: tuple[str, ...] = (
+    "Give the result in mirror order.",
+    "Start the result with its ones digit.",
+    "Fill the result out with leading zeros.",
+    "Put a space between the digits of the result.",
+    "Give the result with the leading digit first.",
+)
+WORDINGS: tuple[str, ...] = ("default", "paraphrase")
 
 _FORMAT_SENTENCE = re.compile(
-    r"\b(revers\w*|backwards|last digit first|most significant|usual order|pad\w*|zeros?|separat\w*|digit by digit)\b",
+    r"\b(revers\w*|backwards|last digit first|most significant|usual order|pad\w*|zeros?|separat\w*|digit by digit"
+    r"|mirror|ones digit|leading|between the digits)\b",
     re.IGNORECASE,
 )
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
@@ -70,19 +91,27 @@ Spec = dict[str, Any]
 Operator = Callable[[Spec, random.Random], bool]  # edits the spec in place; False when not applicable
 
 
-def describe_encoding(reverse: bool, pad: int, sep: str) -> str | None:
-    """One sentence describing an answer encoding, or None for the plain one."""
+def describe_encoding(reverse: bool, pad: int, sep: str, wording: str = "default") -> str | None:
+    """One sentence describing an answer encoding, or None for the plain one (``wording``: see `WORDINGS`)."""
+    para = wording == "paraphrase"
     parts = []
     if pad:
-        parts.append(f"left-padded with zeros to {pad} digits")
+        parts.append(
+            f"filled out with leading zeros to {pad} places" if para else f"left-padded with zeros to {pad} digits"
+        )
     if reverse:
-        parts.append("reversed (last digit first)")
+        parts.append("in mirror order, ones digit leading" if para else "reversed (last digit first)")
     if sep:
-        parts.append(f"with its digits separated by {_SEP_WORDS.get(sep, repr(sep))}")
+        word = _SEP_WORDS.get(sep, repr(sep))
+        parts.append(f"with {word} between the digits" if para else f"with its digits separated by {word}")
     if not parts:
         return None
     body = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    return f"Write the answer {body}."
+    return f"Give the result {body}." if para else f"Write the answer {body}."
+
+
+def _phrases(wording: str) -> tuple[str, ...]:
+    return GENERIC_PHRASES + (PARAPHRASED_ENCODING_PHRASES if wording == "paraphrase" else ENCODING_PHRASES)
 
 
 def _sentences(text: str) -> list[str]:
@@ -96,10 +125,10 @@ def _join(sentences: list[str]) -> str:
 # ---------------------------------------------------------------------------------------------- operators
 
 
-def op_instruction(spec: Spec, rng: random.Random) -> bool:
+def op_instruction(spec: Spec, rng: random.Random, wording: str = "default") -> bool:
     """Replace, prepend, append or drop one sentence of the instruction (phrases from the bank)."""
     sentences = _sentences(spec.get("instruction", ""))
-    phrase = rng.choice([p for p in PHRASES if p not in sentences])
+    phrase = rng.choice([p for p in _phrases(wording) if p not in sentences])
     action = rng.choice(["replace", "prepend", "append", "drop"] if len(sentences) > 1 else ["replace", "append"])
     if action == "drop":
         sentences.pop(rng.randrange(len(sentences)))
@@ -113,7 +142,7 @@ def op_instruction(spec: Spec, rng: random.Random) -> bool:
     return True
 
 
-def op_answer_encoding(spec: Spec, rng: random.Random) -> bool:
+def op_answer_encoding(spec: Spec, rng: random.Random, wording: str = "default") -> bool:
     """Change reverse / pad / sep, say so in the instruction, and keep parse + decoding able to read it."""
     answer = spec["answer"]
     old_sep = answer["sep"]
@@ -126,7 +155,7 @@ def op_answer_encoding(spec: Spec, rng: random.Random) -> bool:
         answer["sep"] = rng.choice([s for s in ("", " ", ",") if s != old_sep])
     # the instruction describes the new encoding: drop sentences that described an encoding, add the new one
     kept = [s for s in _sentences(spec.get("instruction", "")) if not _FORMAT_SENTENCE.search(s)]
-    described = describe_encoding(answer["reverse"], answer["pad"], answer["sep"])
+    described = describe_encoding(answer["reverse"], answer["pad"], answer["sep"], wording)
     spec["instruction"] = _join([*kept, described] if described else kept)
     # parse: a separator is removed before the other steps see the text; int would lose significant zeros
     steps = [s for s in spec["parse"] if not (old_sep and s == {"remove": old_sep})]
@@ -210,19 +239,32 @@ _WEIGHTS = {"instruction": 3, "answer_encoding": 3, "fewshot": 2, "decoding": 1,
 
 class MutateProposer:
     """Offline proposer: seeded random generic edits (see the module docstring). ``max_ops`` ≥ 1 operators per
-    candidate at most; ``max_attempts_per_candidate`` bounds the work when the space near the parents is crowded."""
+    candidate at most; ``max_attempts_per_candidate`` bounds the work when the space near the parents is crowded;
+    ``wording`` words the encoding sentences (`WORDINGS`: ``paraphrase`` is the coupling check)."""
 
     name = "mutate"
 
-    def __init__(self, seed: int = 0, max_ops: int = 2, max_attempts_per_candidate: int = 50) -> None:
+    def __init__(
+        self, seed: int = 0, max_ops: int = 2, max_attempts_per_candidate: int = 50, wording: str = "default"
+    ) -> None:
         if max_ops < 1:
             raise ValueError(f"MutateProposer: max_ops must be >= 1 (got {max_ops})")
+        if wording not in WORDINGS:
+            raise ValueError(f"MutateProposer: wording must be one of {', '.join(WORDINGS)} (got {wording!r})")
         self.seed = seed
         self.max_ops = max_ops
         self.max_attempts_per_candidate = max_attempts_per_candidate
+        self.wording = wording
 
     def __repr__(self) -> str:
-        return f"MutateProposer(seed={self.seed}, max_ops={self.max_ops})"
+        extra = f", wording={self.wording!r}" if self.wording != "default" else ""
+        return f"MutateProposer(seed={self.seed}, max_ops={self.max_ops}{extra})"
+
+    def _apply(self, name: str, spec: Spec, rng: random.Random) -> bool:
+        op = OPERATORS[name][0]
+        if name in ("instruction", "answer_encoding"):  # the operators that write encoding sentences
+            return bool(op(spec, rng, self.wording))  # type: ignore[call-arg]
+        return op(spec, rng)
 
     def _rng(self, context: ProposalContext) -> random.Random:
         key = "|".join(
@@ -272,7 +314,7 @@ class MutateProposer:
             spec = yaml.safe_load(parent.text)
             n_ops = rng.randint(1, self.max_ops)
             names = rng.choices(allowed, weights=[_WEIGHTS[n] for n in allowed], k=n_ops)
-            if not any([OPERATORS[name][0](spec, rng) for name in names]):
+            if not any([self._apply(name, spec, rng) for name in names]):
                 continue
             text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
             proposal = check_candidate(text, incumbent, context.restrict_to, proposer=self.name, parent=parent.sha)

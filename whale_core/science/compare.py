@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from whale_core.errors import WhaleError
 from whale_core.science.compare_records import BudgetRow, Difference, ModeStats, RunOutcome
+from whale_core.science.efficiency import efficiency_figure, efficiency_markdown
 from whale_core.science.robustness import RobustnessConfig
 
 if TYPE_CHECKING:
@@ -140,6 +141,77 @@ def variant_config(base: WhaleConfig, variant: Variant, seed: int) -> WhaleConfi
     if variant.phase is not None:
         data["schedule"]["phase"] = {"weights": variant.phase, "harness": variant.phase}
     return WhaleConfig.model_validate(data)
+
+
+def leg_costs(cfg: WhaleConfig) -> tuple[int, int]:
+    """About how many completions one weights leg and one harness leg charge, for planning (a sweep's budget check):
+    weights = GRPO steps x completions per step (+ the difficulty filter's probes) + its val evaluation; harness =
+    successive halving with every candidate valid (each round scores the survivors up to its size, keeping
+    ``floor(n x keep_fraction)``) + a val evaluation of a winner. Samples per problem are taken as 1."""
+    w = cfg.weights
+    weights = w.steps * w.per_device_train_batch_size + cfg.rollout.val_problems
+    if w.difficulty_filter is not None:
+        weights += w.difficulty_filter.max_problems * w.difficulty_filter.samples
+    s = cfg.search
+    alive, done, harness = s.candidates + 1, 0, 0
+    for n in s.rounds:
+        harness += alive * (n - done)
+        done, alive = n, max(1, math.floor(alive * s.keep_fraction + 1e-9))
+    return weights, harness + cfg.rollout.val_problems
+
+
+def check_sweep(cfg: WhaleConfig, sweep_phase: Sequence[int]) -> None:
+    """Refuse a phase sweep in which some phase length cannot alternate twice (harness x p → weights x p →
+    harness): that takes ``2p + 1`` iterations and about ``p`` weights legs + ``p + 1`` harness legs of budget
+    (`leg_costs`). The error names what to raise."""
+    if not sweep_phase:
+        return
+    weights, harness = leg_costs(cfg)
+    problems = []
+    for p in sorted(sweep_phase):
+        if cfg.iterations is not None and cfg.iterations < 2 * p + 1:
+            problems.append(f"phase {p} needs iterations ≥ {2 * p + 1} (has {cfg.iterations})")
+        need = p * weights + (p + 1) * harness
+        if need > cfg.budget.total:
+            problems.append(
+                f"phase {p} needs about {need:,} completions ({p} weights legs x {weights:,} + {p + 1} harness legs "
+                f"x {harness:,}; budget.total is {cfg.budget.total:,})"
+            )
+    if problems:
+        longest = max(sweep_phase)
+        raise CompareError(
+            "--sweep-phase: each phase length must alternate at least twice (harness x p, weights x p, harness): "
+            + "; ".join(problems)
+            + f". Raise them (e.g. --set iterations={2 * longest + 1}, or --equal-spend to let the budget end the "
+            f"runs, and budget.total ≥ {longest * weights + (longest + 1) * harness:,}) or shorten the legs "
+            "(weights.steps)."
+        )
+
+
+def equal_spend_overrides(set_items: Sequence[str], patience: int = 3) -> list[str]:
+    """``--set`` items that make every mode spend its whole budget: no iteration cap (``iterations=null``) and a
+    no-progress stop of ``patience`` legs unless the user set ``schedule.stop_patience``."""
+    items = [*set_items, "iterations=null"]
+    if not any(i.split("=", 1)[0].strip() == "schedule.stop_patience" for i in set_items):
+        items.append(f"schedule.stop_patience={patience}")
+    return items
+
+
+def config_note(cfg: WhaleConfig, seeds: Sequence[int]) -> str:
+    """The report's line on what every run shared."""
+    if cfg.iterations is None:
+        legs = (
+            f"no iteration cap: each run spends its budget or stops after {cfg.schedule.stop_patience} legs without "
+            f"a val gain above {cfg.schedule.min_delta} (equal spend)"
+        )
+    else:
+        legs = f"iterations ≤ {cfg.iterations}"
+    wording = "" if cfg.search.mutate_wording == "default" else f"; mutate wording `{cfg.search.mutate_wording}`"
+    return (
+        f"Budget per run: {cfg.budget.total} completions (harness share cap: {cfg.budget.harness_share_cap}); "
+        f"{legs}; model `{cfg.model.name}`; suite `{cfg.suite.name}`; seeds {list(seeds)}; test problems per run "
+        f"{cfg.rollout.test_problems}{wording}."
+    )
 
 
 def config_diff(old: Mapping[str, Any], new: Mapping[str, Any], *, shared_only: bool = False) -> list[str]:
@@ -301,6 +373,9 @@ def report_markdown(
                 f"| {r.label} | {r.weights:.0f} | {r.harness:.0f} | {r.eval:.0f} | {r.max_spent} / {r.total} "
                 f"| {r.harness_share:.2%} | {cap} | {r.weights_legs:.1f} | {r.harness_legs:.1f} |"
             )
+    efficiency = efficiency_markdown(outcomes, stats)
+    if efficiency:
+        lines += ["", efficiency]
     failed = [o for o in outcomes if not o.ok]
     if failed:
         lines += ["", "## Failed runs", "", "| run | variant | seed | error |", "|---|---|---|---|"]
@@ -339,10 +414,14 @@ def write_compare_report(
     sweep = sweep_figure(stats)
     if sweep is not None:
         figs["phase sweep vs adaptive"] = sweep
+    eff = efficiency_figure(outcomes, stats)
+    if eff is not None:
+        figs["score vs completions"] = eff
     if matrix is not None:
         figs["robustness matrix"] = heatmap_figure(matrix)
     names = {"test score per mode": "bars.png", "training curves": "curves.png",
-             "phase sweep vs adaptive": "sweep.png", "robustness matrix": "robustness.png"}  # fmt: skip
+             "phase sweep vs adaptive": "sweep.png", "robustness matrix": "robustness.png",
+             "score vs completions": "efficiency.png"}  # fmt: skip
     paths: dict[str, Path] = {}
     for caption, fig in figs.items():
         path = out_dir / names[caption]

@@ -34,6 +34,8 @@ _COLORS = {
     "harness-only": "tab:green",
     "prompt-weights": "tab:purple",
 }
+COLORS = _COLORS  # one color per mode, shared with `whale_core.science.efficiency`
+new_figure = _figure
 
 
 def bar_chart(stats: Sequence[ModeStats], title: str = "held-out test score") -> Figure:
