@@ -113,7 +113,9 @@ def block_ascent_iteration(
     decision = plateau_check.with_options(**opts, task_run_name=f"plateau-check-iter{iteration}")(
         history, cfg.mode, cfg.schedule.model_dump(mode="json"), iteration
     )
-    decision = budget_redirect(decision, cfg.mode, bud.remaining("harness"), bud.remaining("weights"))
+    decision = budget_redirect(
+        decision, cfg.mode, bud.remaining("harness"), bud.remaining("weights"), cfg.min_completions("harness")
+    )
     kind = decision.leg
     # named like the leg's MLflow run now that the leg is known; tagged on the flow run only (tasks do not inherit)
     prefect_ui.label_flow_run(f"{run_id}/{leg_run_name(iteration, kind)}", [run_id, cfg.mode, kind])

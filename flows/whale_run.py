@@ -123,7 +123,7 @@ def _iterate(
     initial = state.metric
     legs = mode_legs(cfg.mode)
     for i in range(cfg.max_legs):
-        if not any(bud.remaining(k) > 0 for k in legs):
+        if not any(bud.remaining(k) >= cfg.min_completions(k) for k in legs):
             h.archive.ensure_decision(run_id, i, "stop", "rollout budget spent", {"budget": bud.to_dict()})
             break
         with heartbeats():

@@ -162,6 +162,11 @@ class WhaleConfig(BaseModel):
             )
         return self
 
+    def min_completions(self, kind: str) -> int:
+        """The fewest completions a leg of ``kind`` can do anything with: one GRPO step (weights); scoring the
+        incumbent on the val problems (harness). With less left, the leg is not run."""
+        return self.weights.per_device_train_batch_size if kind == "weights" else self.rollout.val_problems
+
     @property
     def max_legs(self) -> int:
         """The iteration cap in force: ``iterations``, or 1000 (the schema's ceiling) when it is null."""

@@ -82,6 +82,11 @@ def test_harness_leg_with_spent_cap_becomes_a_weights_leg_in_modes_that_train() 
     assert budget_redirect(d, "harness-only", 0, 5000) == d  # harness-only cannot train: the run stops instead
     assert budget_redirect(d, "whale-fixed", 10, 5000) == d  # cap not yet spent
     assert budget_redirect(d, "whale-fixed", 0, 0) == d  # nothing left at all: the budget stop handles it
+    # 14 completions left cannot score the incumbent on 40 val problems: that counts as spent
+    assert budget_redirect(d, "whale-fixed", 14, 5000, harness_min=40).leg == "weights"
+    assert budget_redirect(d, "whale-fixed", 40, 5000, harness_min=40) == d
+    cfg = load_config(overrides=["rollout.val_problems=40", "weights.per_device_train_batch_size=16"])
+    assert (cfg.min_completions("harness"), cfg.min_completions("weights")) == (40, 16)
 
 
 @pytest.mark.parametrize("total", [100_000, 250_000, 1_000_000])

@@ -234,10 +234,13 @@ def no_progress(
     )
 
 
-def budget_redirect(decision: Decision, mode: str, harness_left: int, weights_left: int) -> Decision:
-    """A harness leg when the harness budget (its share cap) is spent but weights completions remain becomes a
-    weights leg in a mode that trains; anything else is returned unchanged."""
-    if decision.leg == "harness" and harness_left <= 0 < weights_left and "weights" in mode_legs(mode):
+def budget_redirect(
+    decision: Decision, mode: str, harness_left: int, weights_left: int, harness_min: int = 1
+) -> Decision:
+    """A harness leg when the harness budget (its share cap) is spent — fewer than ``harness_min`` completions left,
+    what scoring the incumbent takes — but weights completions remain becomes a weights leg in a mode that trains;
+    anything else is returned unchanged."""
+    if decision.leg == "harness" and harness_left < harness_min and weights_left > 0 and "weights" in mode_legs(mode):
         return Decision(
             "weights",
             f"harness budget spent (share cap), {weights_left} weights completions left: weights leg instead "
