@@ -94,8 +94,8 @@ def test_one_percent_cap_at_large_budgets_allows_a_harness_leg(total: int) -> No
     bud = Budget(total, 0.01)
     assert bud.harness_cap == total // 100
     _, harness = leg_costs(WhaleConfig())
-    # the default harness leg (8 candidates, rounds 40/100/200) costs ~1.7k: a scoring budget of 1,000 still covers
-    # its halving rounds up to the last (the Scorer stops there), 2,500 the whole leg
+    # the default harness leg (8 candidates, rounds 40/100/200) costs ~1.2k: a scoring budget of 1,000 still covers
+    # the incumbent and the halving rounds (the Scorer stops there), 2,500 the whole leg
     assert bud.remaining("harness") >= min(harness, 1000)
     bud.charge("harness", bud.remaining("harness"))
     assert bud.remaining("harness") == 0 and bud.remaining("weights") == total - total // 100
@@ -107,7 +107,7 @@ def test_one_percent_cap_at_large_budgets_allows_a_harness_leg(total: int) -> No
 def test_leg_costs_follow_the_config() -> None:
     w, h = leg_costs(WhaleConfig())
     assert w == 300 * 64 + 200
-    assert h == 9 * 40 + 4 * 60 + 2 * 100 + 200  # 9 alive, then floor(9/2)=4, then 2
+    assert h == 200 + 8 * 40 + 4 * 60 + 2 * 100 + 200  # incumbent; 8 candidates, then 4, then 2; a winner's val
     w2, _ = leg_costs(load_config(overrides=["weights.steps=10", "weights.difficulty_filter={max_problems: 50}"]))
     assert w2 == 10 * 64 + 200 + 50 * 8
 
@@ -127,7 +127,10 @@ def test_sweep_needs_iterations_and_budget_for_two_alternations() -> None:
     check_sweep(ok, [1, 2, 4, 8])
     spend = load_config(overrides=[*equal_spend_overrides([]), "weights.steps=40", "budget.total=40000"])
     check_sweep(spend, [1, 2, 4, 8])  # no iteration cap: only the budget is checked
-    with pytest.raises(CompareError, match=r"phase 16 needs about 61,160 completions \(16 weights legs x 2,760"):
+    with pytest.raises(
+        CompareError,
+        match=r"phase 16 needs about 63,880 completions \(16 weights legs x 2,760 \+ 17 harness legs x 1,160",
+    ):
         check_sweep(load_config(overrides=[*equal_spend_overrides([]), "weights.steps=40"]), [8, 16])
 
 

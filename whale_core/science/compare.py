@@ -146,14 +146,15 @@ def variant_config(base: WhaleConfig, variant: Variant, seed: int) -> WhaleConfi
 def leg_costs(cfg: WhaleConfig) -> tuple[int, int]:
     """About how many completions one weights leg and one harness leg charge, for planning (a sweep's budget check):
     weights = GRPO steps x completions per step (+ the difficulty filter's probes) + its val evaluation; harness =
-    successive halving with every candidate valid (each round scores the survivors up to its size, keeping
-    ``floor(n x keep_fraction)``) + a val evaluation of a winner. Samples per problem are taken as 1."""
+    the incumbent on the val problems + successive halving over the candidates, every one valid (each round scores
+    the survivors up to its size, keeping ``floor(n x keep_fraction)``) + a val evaluation of a winner. Samples per
+    problem are taken as 1."""
     w = cfg.weights
     weights = w.steps * w.per_device_train_batch_size + cfg.rollout.val_problems
     if w.difficulty_filter is not None:
         weights += w.difficulty_filter.max_problems * w.difficulty_filter.samples
     s = cfg.search
-    alive, done, harness = s.candidates + 1, 0, 0
+    alive, done, harness = s.candidates, 0, cfg.rollout.val_problems
     for n in s.rounds:
         harness += alive * (n - done)
         done, alive = n, max(1, math.floor(alive * s.keep_fraction + 1e-9))
