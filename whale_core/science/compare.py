@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from whale_core.errors import WhaleError
-from whale_core.science.compare_records import BudgetRow, Difference, ModeStats, RunOutcome
+from whale_core.science.compare_records import WHALE_MODES, BudgetRow, Difference, ModeStats, RunOutcome
 from whale_core.science.efficiency import efficiency_figure, efficiency_markdown
 from whale_core.science.robustness import RobustnessConfig
 
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from whale_core.science.robustness import RobustnessMatrix
 
 ALL_MODES: tuple[str, ...] = ("whale-adaptive", "whale-fixed", "weights-only", "harness-only", "prompt-weights")
-WHALE_MODES: tuple[str, ...] = ("whale-adaptive", "whale-fixed")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 
 

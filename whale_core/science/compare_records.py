@@ -12,7 +12,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BudgetRow", "Difference", "ModeStats", "RunOutcome"]
+__all__ = ["WHALE_MODES", "BudgetRow", "Difference", "ModeStats", "RunOutcome"]
+
+WHALE_MODES: tuple[str, ...] = ("whale-adaptive", "whale-fixed")  # the modes that alternate; the rest are baselines
 
 
 @dataclass

@@ -18,14 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from whale_core.science.compare_records import ModeStats, RunOutcome
+from whale_core.science.compare_records import WHALE_MODES, ModeStats, RunOutcome
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = ["Reach", "efficiency_figure", "efficiency_markdown", "reach_table", "score_at", "target"]
-
-WHALE_MODES = ("whale-adaptive", "whale-fixed")
 
 
 @dataclass(frozen=True)
