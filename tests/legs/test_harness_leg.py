@@ -218,3 +218,50 @@ def test_a_budget_spent_before_any_candidate_was_scored_ends_the_leg_cleanly(
     assert "budget" in res.reason and bud.remaining("harness") == 0
     assert [d.kind for d in archive.decisions(run_id)] == ["reject"]
     assert {c.status for c in res.candidates if c.sha != seed.sha} == {"lost"}
+
+
+def test_a_budget_cut_leg_keeps_a_clear_winner_of_the_rounds_it_paid_for(
+    suite: Any, seed: Harness, tmp_path: Path
+) -> None:
+    """The budget pays for the incumbent and the first halving round only (the 1 % share cap's case: it sank a
+    winner at z = 5.4 before). The round's clear winner is judged on the 20 problems it was scored on, at z
+    Bonferroni-corrected over the round's 2 candidates, and accepted; the unpaid round's zeros do not pick it."""
+    from whale_core.legs.budget import Budget
+
+    a, b = seed.evolve(name="a", instruction="Sum them."), seed.evolve(name="b", instruction="Add them.")
+    table = {seed.name: [0.0] * 40, "a": [1.0 if k % 10 < 6 else 0.0 for k in range(40)], "b": [0.0] * 40}
+    bud = Budget(40 + 2 * 20)
+    res, archive, run_id = _leg(
+        None, seed, suite, SearchConfig(candidates=2, rounds=[20, 40]), tmp_path, proposer=Scripted([a, b]),
+        roll_many=_constructed(suite, table), policy_id="p0", budget=bud,
+    )  # fmt: skip
+    assert res.accepted and res.incumbent_out.sha == a.sha
+    assert res.paired is not None and res.paired.n == 20 and "threshold z=1.96" in res.paired.reason
+    assert "round 1 (2 candidates" in res.reason and "budget" in res.reason
+    assert [d.kind for d in archive.decisions(run_id)] == ["accept"]
+    assert bud.remaining("harness") == 0
+
+
+def test_a_budget_cut_leg_rejects_a_winner_inside_the_corrected_noise(
+    suite: Any, seed: Harness, tmp_path: Path
+) -> None:
+    """The same cut, with a winner that clears the plain z = 1.645 on its 20 problems but not the threshold corrected
+    for having picked it among 8: the leg keeps the incumbent."""
+    from whale_core.legs.budget import Budget
+    from whale_core.legs.selection import paired_test
+
+    base = [0.0] * 40
+    edge = [1.0 if k in (0, 5, 10) else 0.0 for k in range(40)]  # +3/20 on the first 20: z = 1.83
+    assert paired_test(base[:20], edge[:20]).accept  # the uncorrected test would take it
+    names = [f"c{i}" for i in range(8)]
+    cands = [seed.evolve(name=n, instruction=f"Add them ({n}).") for n in names]
+    table = {seed.name: base, "c0": edge, **{n: [0.0] * 40 for n in names[1:]}}
+    bud = Budget(40 + 8 * 20)
+    res, archive, run_id = _leg(
+        None, seed, suite, SearchConfig(candidates=8, rounds=[20, 40]), tmp_path, proposer=Scripted(cands),
+        roll_many=_constructed(suite, table), policy_id="p0", budget=bud,
+    )  # fmt: skip
+    assert not res.accepted and res.incumbent_out == seed
+    assert res.paired is not None and res.paired.n == 20 and not res.paired.accept
+    assert "threshold z=2.498" in res.paired.reason
+    assert [d.kind for d in archive.decisions(run_id)] == ["reject"]

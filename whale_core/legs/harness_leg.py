@@ -12,6 +12,11 @@ leg called with keyword arguments):
 4. Successive halving over nested prefixes of one fixed validation ordering (so every comparison is paired).
 5. The round winner replaces the incumbent only if a paired test on the same problems says it is better by more
    than the noise (``z`` standard errors and ``min_delta``).
+6. When the budget cuts the halving short, the leg judges what it did score: the top candidate of the deepest round
+   whose candidates were all scored is tested against the incumbent on the problems it was scored on, at a stricter
+   threshold (``z`` Bonferroni-corrected over that round's candidates, since it was picked among them on few
+   problems). A clear winner is then kept instead of thrown away with the rounds the budget could not pay for; when
+   not even the first round was scored, the leg ends with the incumbent.
 
 Every rollout is charged to the budget (``harness`` kind) and recorded as an evaluation in the archive, with its
 traces on disk. Scores are cached per (harness sha, policy id): promoting a candidate to a larger subset only rolls
@@ -27,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any, Literal
 
 from whale_core.harness import Harness
@@ -206,6 +212,7 @@ class _Attempt:
         # the leg's proposals in proposal order, as the archive holds them: [harness_sha, text, parent, status, reason]
         self.rows: list[list[Any]] = []
         self.stopped: str | None = None
+        self.cut: tuple[int, int] | None = None  # on a budget-cut leg: (deepest fully scored round, its candidates)
 
     def _local_roll_many(self, jobs: list[tuple[Harness, int, int]]) -> list[ScoreBlock]:
         pol, seed, batch = self.leg.policy, self.opts.seed, self.opts.batch_size
@@ -335,18 +342,36 @@ class _Attempt:
             n = len(self.scorer.scores.get(sha, []))
             if n:
                 self._record(h, n)
+        if self.stopped:  # the padded zeros of the unpaid rounds must not pick the winner
+            for rnd in reversed(halving.rounds):
+                if all(len(self.scorer.scores.get(c, [])) >= rnd.size for c in rnd.ranking):
+                    self.cut = (rnd.index, len(rnd.ranking))
+                    return self.valid[rnd.ranking[0]]
         return self.valid[halving.winner]
+
+    def _cut_z(self, k: int) -> float:
+        """``z`` for a winner picked among ``k`` candidates: the one-sided level ``1 - Phi(z)`` divided by ``k``."""
+        if k <= 1:
+            return self.cfg.z
+        alpha = (1.0 - NormalDist().cdf(self.cfg.z)) / k
+        return max(self.cfg.z, NormalDist().inv_cdf(1.0 - alpha))
 
     def _judge(self, winner: Harness, inc_scores: list[float], inc_score: float) -> HarnessLegResult:
         """The paired test of the winner against the incumbent; every candidate's final status; the decision."""
         inc, sc, stopped = self.incumbent, self.scorer, self.stopped
         n_win = min(len(sc.scores.get(winner.sha, [])), self.full)
+        z = self._cut_z(self.cut[1]) if stopped and self.cut else self.cfg.z
         paired = (
-            paired_test(inc_scores[:n_win], sc.scores[winner.sha][:n_win], z=self.cfg.z, min_delta=self.cfg.min_delta)
+            paired_test(
+                inc_scores[:n_win], sc.scores[winner.sha][:n_win], z=round(z, 3), min_delta=self.cfg.min_delta
+            )
             if n_win
             else None
         )
-        accepted = bool(paired and paired.accept and not stopped)
+        accepted = bool(paired and paired.accept and (not stopped or self.cut))
+        if stopped and self.cut:  # say how the cut leg was judged
+            r, k = self.cut
+            stopped += f"; judged on halving round {r + 1} ({k} candidates, z Bonferroni-corrected to {z:.2f})"
         final: dict[str, tuple[str, str]] = {}
         for sha, h in self.valid.items():
             scores = sc.scores.get(sha, [])
@@ -354,6 +379,8 @@ class _Attempt:
             reason = paired.reason if (sha == winner.sha and paired) else "eliminated in successive halving"
             if stopped and not scores:
                 reason = stopped
+            elif sha == winner.sha and paired and paired.accept and not accepted:
+                reason = f"not judged, the budget cut the first round: {stopped}"
             self.archive.set_candidate_status(self.cand_ids[sha], status, reason)
             final[sha] = (status, reason)
             mean = sum(scores) / len(scores) if scores else None
