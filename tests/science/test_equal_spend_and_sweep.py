@@ -86,7 +86,10 @@ def test_harness_leg_with_spent_cap_becomes_a_weights_leg_in_modes_that_train() 
     assert budget_redirect(d, "whale-fixed", 14, 5000, harness_min=40).leg == "weights"
     assert budget_redirect(d, "whale-fixed", 40, 5000, harness_min=40) == d
     cfg = load_config(overrides=["rollout.val_problems=40", "weights.per_device_train_batch_size=16"])
-    assert (cfg.min_completions("harness"), cfg.min_completions("weights")) == (40, 16)
+    # the incumbent on 40 val problems + 8 candidates on the first round (40, capped by the val problems)
+    assert (cfg.min_completions("harness"), cfg.min_completions("weights")) == (40 + 8 * 40, 16)
+    # the 1 % bet's seed 1 at 150k: 460 left after a weights leg ran a harness leg that could score no candidate
+    assert WhaleConfig().min_completions("harness") == 200 + 8 * 40 > 460
 
 
 @pytest.mark.parametrize("total", [100_000, 250_000, 1_000_000])
