@@ -3,11 +3,9 @@
 Three timings, each a fresh `python` process so imports and start-up are counted alike:
 
 1. ``whale run`` (Prefect flows and tasks, ephemeral Prefect server, archive, MLflow lineage) in a fresh home;
-2. the same computation as a plain loop calling `whale_core` directly (no Prefect, no MLflow; archive kept because
-   the harness leg needs it), with the leg sequence the orchestrated run's scheduler chose and what the flow passes
-   to each leg: the weights leg's seed (``seed + 1000 * iteration``) and completion cap (the budget left minus the
-   val reserve), the harness leg's proposer seed (``seed + iteration``), the budget charges, the traces each
-   evaluation writes;
+2. the same computation without orchestration: the engine (`whale_core.ascent`) with its calls in the process
+   (`whale_core.ascent.local.LocalCalls`: no Prefect, no MLflow; the archive kept because the legs read it) — the
+   same decisions, legs, evaluations, traces and report, only not cached, retried or mirrored;
 3. ``whale resume`` of the finished run: every task comes back Cached.
 
 With ``--server``, also 1 and 3 again in another fresh home against a Prefect server that is already running
@@ -164,18 +162,18 @@ def _breakdown(label: str, run: dict[str, Any], runs: list[tuple[str, float, flo
     return (equalized - plain_wall) / equalized
 
 
-def plain(overrides: list[str], legs: list[str]) -> None:
-    """The reference: the same legs, evaluations and final test evaluation, called directly."""
+def plain(overrides: list[str]) -> None:
+    """The reference: the same run through the engine (`whale_core.ascent`) with its calls in this process
+    (`LocalCalls`: no Prefect, no MLflow; the archive kept because the legs read it), then the same conclusion."""
+    from whale_core.ascent.calls import Site, TrainJob
+    from whale_core.ascent.conclude import conclude
+    from whale_core.ascent.local import LocalCalls
+    from whale_core.ascent.setup import engine_for
     from whale_core.config import load_config
     from whale_core.env import setup_offline_env, whale_home
-    from whale_core.harness import Harness
-    from whale_core.legs.budget import Budget
-    from whale_core.legs.harness_leg import make_proposer, run_harness_leg
-    from whale_core.legs.scoring import validation_order
-    from whale_core.legs.weights_leg import train_weights_leg
     from whale_core.records.archive import Archive
-    from whale_core.records.refs import PolicyRef
-    from whale_core.rollout import rollout
+    from whale_core.records.recorder import Recorder, create_run
+    from whale_core.records.refs import PolicyRef, load_cached
     from whale_core.suites import load_suite
 
     t_start = time.perf_counter()
@@ -187,81 +185,21 @@ def plain(overrides: list[str], legs: list[str]) -> None:
         yield
         phases.append((name, time.perf_counter() - t0))
 
+    class Timed(LocalCalls):
+        def train(self, job: TrainJob, site: Site) -> Any:
+            with phase(f"iteration {site.iteration}: weights leg"):
+                return super().train(job, site)
+
     setup_offline_env()
     cfg = load_config(None, overrides)
     suite = load_suite(cfg.suite)
-    harness = Harness.from_text(suite.seed_harness)
-    base = PolicyRef.base(cfg.model.name, cfg.model.device)
-    policy_ref = base
-    policy = base.load()
-    val = validation_order(suite, cfg.seed)[: cfg.rollout.val_problems]
-    test = list(suite.problems("test"))[: cfg.rollout.test_problems]
+    load_cached(PolicyRef.base(cfg.model.name, cfg.model.device))
     archive = Archive()
-    run = archive.create_run("plain", cfg.mode, {})
-    budget = Budget.from_config(cfg.budget)
+    create_run(archive, "plain", cfg.mode, cfg.model_dump(mode="json"))
+    run_dir = whale_home() / "plain"
+    engine = engine_for(cfg, Timed(cfg, suite, run_dir), Recorder(archive, run_id="plain"), run_dir, suite=suite)
     phases.append(("start-up (in-process)", time.perf_counter() - t_start))
-
-    def evaluate(policy: Any, harness: Harness, problems: list[Any], split: str, name: str) -> int:
-        # as `tasks.rollout_task`: the rollout, then its traces written as JSONL
-        res = rollout(policy, harness, suite, problems, batch_size=cfg.rollout.batch_size, seed=cfg.seed, split=split)
-        res.write_jsonl(whale_home() / "plain" / "traces" / f"{name}.jsonl")
-        return res.completions
-
-    with phase("initial val"):
-        budget.charge("eval", evaluate(policy, harness, val, "val", "init"))
-    parent = None
-    for i, leg in enumerate(legs):
-        out = whale_home() / "plain" / f"iter-{i}"
-        if leg == "weights":
-            # as `flows.iteration` + `tasks.grpo_update`: the leg's seed, its completion cap (the val reserve kept)
-            cap = budget.remaining("weights") - cfg.rollout.val_problems
-            if cap <= 0:
-                continue
-            wcfg = cfg.weights.model_copy(update={"seed": cfg.seed + 1000 * i})
-            with phase(f"iteration {i}: weights leg"):
-                res = train_weights_leg(
-                    base.load(trainable=True),
-                    harness,
-                    suite,
-                    wcfg,
-                    out_dir=out,
-                    max_completions=cap,
-                    parent_checkpoint=parent,
-                )
-            budget.charge("weights", min(res.completions, budget.remaining("weights")))
-            parent = res.checkpoint
-            policy_ref = PolicyRef.of_checkpoint(base, res.checkpoint)
-            with phase(f"iteration {i}: val"):
-                policy = policy_ref.load()
-                spent = evaluate(policy, harness, val, "val", f"iter-{i}")
-                budget.charge("weights", min(spent, budget.remaining("weights")))
-        else:
-            with phase(f"iteration {i}: harness leg"):
-                # as `flows.iteration`: the leg's proposer is seeded with ``seed + iteration``
-                hl = run_harness_leg(
-                    policy=policy,
-                    policy_id=policy_ref.checkpoint_id,
-                    incumbent=harness,
-                    suite=suite,
-                    cfg=cfg.search,
-                    archive=archive,
-                    run_id=run.id,
-                    leg_id=None,
-                    iteration=i,
-                    seed=cfg.seed,
-                    traces_dir=out,
-                    batch_size=cfg.rollout.batch_size,
-                    budget=budget,
-                    proposer=make_proposer(cfg.search, cfg.seed + i),
-                )
-            harness = hl.incumbent_out
-            if hl.accepted:
-                with phase(f"iteration {i}: val"):
-                    spent = evaluate(policy, harness, val, "val", f"iter-{i}")
-                    budget.charge("harness", min(spent, budget.remaining("harness")))
-    with phase("final test"):
-        evaluate(base.load(), Harness.from_text(suite.seed_harness), test, "test", "test-initial")
-        evaluate(policy, harness, test, "test", "test-final")
+    conclude(engine, engine.run())
     print(json.dumps({"phases": phases}))
 
 
@@ -281,10 +219,10 @@ def main() -> None:
         help="no database templates: the timed run migrates its databases from scratch (a machine's first run); "
         "default: templates made beforehand in a scratch home (a new project on a machine that has run WHALE)",
     )
-    ap.add_argument("--plain-legs", help=argparse.SUPPRESS)
+    ap.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.plain_legs is not None:
-        plain(args.set, [x for x in args.plain_legs.split(",") if x])
+    if args.plain:
+        plain(args.set)
         return
     from whale_core.env import whale_home
 
@@ -310,7 +248,7 @@ def main() -> None:
         t_cached = _timed([sys.executable, "-m", "whale_cli", "resume", "bench"], env)
         penv = _env(Path(tmp) / "plain", models if models.exists() else None)
         plain_run: dict[str, Any] = {}
-        t_plain = _timed([sys.executable, __file__, "--plain-legs", ",".join(summary["legs"]), *sets], penv, plain_run)
+        t_plain = _timed([sys.executable, __file__, "--plain", *sets], penv, plain_run)
         plain_run["phases"] = json.loads(plain_run["stdout"].strip().splitlines()[-1])["phases"]
         t_srv = t_srv_cached = None
         if args.server:

@@ -1,63 +1,38 @@
-"""What a WHALE flow carries between iterations, and the handles it opens once per run.
+"""What WHALE's flows share: the task runner candidate scoring fans out on, and where heartbeats go.
 
-`IterState` is the (policy, incumbent harness, metric) pair an iteration starts from; `RunHandles` opens the archive
-(the source of truth), the MLflow lineage and the run directory. A resumed run re-executes an iteration the archive
-already holds as *done* on `Archive.read_only_view` — its tasks come back ``Cached`` — without writing its records
-twice, and re-takes an iteration a killed run had started without storing its decisions twice (both are modes of
-`whale_core.records.recorder.Recorder`).
-`heartbeats` decides which flow runs send Prefect's crash-detection heartbeats.
+`task_runner` builds the iteration subflow's task runner from ``orchestration`` (Prefect's thread pool, or a Dask
+cluster through prefect-dask); `heartbeats` decides which flow runs send Prefect's crash-detection heartbeats.
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
-from whale_core.config import WhaleConfig, flatten
-from whale_core.env import whale_home
-from whale_core.records.archive import Archive
-from whale_core.records.lineage import Lineage
-from whale_core.records.refs import HarnessRef, PolicyRef
+from whale_core.config import WhaleConfig
 
 
-@dataclass(frozen=True)
-class IterState:
-    policy: PolicyRef
-    harness: HarnessRef
-    metric: float
-    rollouts: int  # completions spent so far (x axis of the curve)
-
-
-@dataclass
-class RunHandles:
-    run_id: str
-    cfg: WhaleConfig
-    archive: Archive
-    lineage: Lineage
-    run_dir: Path
-    mlflow_parent: str
-
-    @classmethod
-    def open(cls, run_id: str, cfg: WhaleConfig) -> RunHandles:
-        archive = Archive(cfg.tracking.archive_url)
+def task_runner(cfg: WhaleConfig) -> Any:
+    """The task runner candidate scoring fans out on (see `OrchestrationConfig`)."""
+    orch = cfg.orchestration
+    if orch.task_runner == "dask":
         try:
-            run = archive.get_run(run_id)
-        except LookupError:
-            run = archive.create_run(run_id, cfg.mode, cfg.model_dump(mode="json"), run_id=run_id)
-        lineage = Lineage(cfg.tracking.mlflow_uri, cfg.tracking.experiment)
-        parent = lineage.ensure_run(
-            run_id,
-            run_id,
-            flatten(cfg.model_dump(mode="json")),
-            tags={"whale.mode": cfg.mode, "whale.suite": cfg.suite.name, "whale.model": cfg.model.name},
-            existing_mlflow_run_id=run.mlflow_run_id,
+            from prefect_dask import DaskTaskRunner
+        except ImportError as exc:
+            raise RuntimeError("orchestration.task_runner=dask needs prefect-dask: pip install -e '.[dask]'") from exc
+        if orch.dask_address:
+            return DaskTaskRunner(address=orch.dask_address)
+        return DaskTaskRunner(
+            cluster_kwargs={
+                "n_workers": orch.max_workers,
+                "threads_per_worker": 1,
+                "processes": True,
+                "dashboard_address": None,
+            }
         )
-        if run.mlflow_run_id != parent:
-            archive.update_run(run_id, mlflow_run_id=parent)
-        run_dir = whale_home() / "runs" / run_id
-        run_dir.mkdir(parents=True, exist_ok=True)
-        return cls(run_id, cfg, archive, lineage, run_dir, parent)
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    return ThreadPoolTaskRunner(max_workers=orch.max_workers)
 
 
 def heartbeats(top_level: bool = False) -> AbstractContextManager[object]:

@@ -18,12 +18,15 @@ from prefect import flow
 
 from flows.common import heartbeats
 from flows.startup import prepare
-from flows.whale_run import seed_harness, whale_run
+from flows.whale_run import whale_run
 from tasks import rollout_task
+from tasks.runtime import suite_of
+from whale_core.ascent.setup import seed_harness
 from whale_core.config import WhaleConfig, upgrade_stored
 from whale_core.env import whale_home
 from whale_core.legs.population import probe_of
 from whale_core.records.archive import Archive
+from whale_core.records.recorder import create_run
 from whale_core.records.refs import HarnessRef, PolicyRef
 from whale_core.science.compare import (
     CompareError,
@@ -72,9 +75,9 @@ def _one_run(archive: Archive, variant: Variant, seed: int, run_cfg: WhaleConfig
             summary = json.loads(summary_file.read_text())
             return outcome_from_run(archive, variant, seed, run_id, summary, source="archive")
     else:
-        archive.create_run(run_id, run_cfg.mode, wanted, run_id=run_id)
+        create_run(archive, run_id, run_cfg.mode, wanted)
     with heartbeats():
-        state = whale_run(run_id, wanted, return_state=True)
+        state = whale_run(run_id, WhaleConfig.model_validate(wanted), return_state=True)
     if state.is_completed():
         return outcome_from_run(archive, variant, seed, run_id, state.result())
     exc = state.result(raise_on_failure=False)
@@ -94,13 +97,11 @@ def _policy_of(archive: Archive, base: PolicyRef, checkpoint_id: str | None) -> 
 
 
 def _matrix(cfg: WhaleConfig, spec: CompareSpec, outcomes: list[RunOutcome], archive: Archive, out: Path) -> Any:
-    from tasks.runtime import suite_of
-
     done = [o for o in outcomes if o.ok]
     if not spec.matrix.enabled or not done:
         return None
     base = PolicyRef.base(cfg.model.name, cfg.model.device)
-    seed_h = seed_harness(cfg)
+    seed_h = seed_harness(cfg, suite_of(cfg.suite))
     models = [MatrixModel("base", None, base, seed_h.sha)]
     models += [
         MatrixModel(f"{o.label}/s{o.seed}", o.run_id, _policy_of(archive, base, o.final_checkpoint), o.final_harness)
@@ -108,22 +109,21 @@ def _matrix(cfg: WhaleConfig, spec: CompareSpec, outcomes: list[RunOutcome], arc
         if o.final_harness
     ]
     finals = [(f"{o.label}/s{o.seed}", o.final_harness) for o in done if o.final_harness]
-    suite_cfg = cfg.suite.model_dump(mode="json")
-    probe = probe_of(suite_of(suite_cfg), "test", 16, cfg.seed)
+    probe = probe_of(suite_of(cfg.suite), "test", 16, cfg.seed)
     cols = harness_set(archive, [o.run_id for o in done], finals, seed_h, spec.matrix, probe=probe)
     traces = str(out / "matrix-traces")
 
     def evaluate(model: MatrixModel, harness: MatrixHarness, problems: list[Any]) -> float:
         name = f"matrix-{model.label}-x-{harness.label}".replace("{", "{{").replace("}", "}}")
         res = rollout_task.with_options(task_run_name=name)(
-            model.policy, HarnessRef.of(harness.harness), suite_cfg, "test", len(problems), cfg.seed,
+            model.policy, HarnessRef.of(harness.harness), cfg.suite, "test", len(problems), cfg.seed,
             cfg.rollout.batch_size, traces,
         )  # fmt: skip
         if res.n != len(problems):
             raise CompareError(f"matrix cell {model.label} x {harness.label}: {res.n} != {len(problems)} problems")
         return float(res.score)
 
-    matrix = compute_matrix(models, cols, suite_of(suite_cfg), spec.matrix.test_problems, evaluate)
+    matrix = compute_matrix(models, cols, suite_of(cfg.suite), spec.matrix.test_problems, evaluate)
     (out / "robustness.json").write_text(json.dumps(matrix.__dict__, indent=1))
     (out / "harnesses").mkdir(exist_ok=True)
     for c in cols:
@@ -183,27 +183,19 @@ def _log_mlflow(
     existing: str | None,
 ) -> str:
     from whale_core.records.lineage import Lineage
+    from whale_core.records.recorder import record_comparison
     from whale_core.science.compare import aggregate
 
-    lineage = Lineage(cfg.tracking.mlflow_uri, cfg.tracking.experiment)
-    params = {"compare": sp.model_dump(mode="json"), **cfg.model_dump(mode="json")}
-    run = lineage.ensure_run(
-        f"compare:{compare_id}", f"compare-{compare_id}", params,
-        tags={"whale.kind": "compare", "whale.compare": compare_id}, existing_mlflow_run_id=existing,
-    )  # fmt: skip
-    for name, path in paths.items():
-        if name.endswith(".png"):
-            lineage.log_figure(run, path, f"compare/{name}")
-    lineage.log_text(run, paths["report.md"].read_text(), "compare/report.md")
     metrics: dict[str, float] = {}
     for s in aggregate(outcomes):
         if s.n:
             metrics[f"test_mean.{s.label}"] = s.mean
             metrics[f"test_sd.{s.label}"] = s.sd
     metrics["runs_failed"] = float(sum(not o.ok for o in outcomes))
-    lineage.log_metrics(run, metrics)
-    lineage.end(run)
-    return run
+    return record_comparison(
+        Lineage(cfg.tracking.mlflow_uri, cfg.tracking.experiment), compare_id,
+        {"compare": sp.model_dump(mode="json"), **cfg.model_dump(mode="json")}, paths, metrics, existing,
+    )  # fmt: skip
 
 
 def resolve_config(compare_id: str, cfg: WhaleConfig, request: Any) -> WhaleConfig:

@@ -45,18 +45,16 @@ import contextlib
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from whale_core.errors import WhaleError
+from whale_core.process import ServerProcess, free_port
 from whale_core.records import db_templates
 
 if TYPE_CHECKING:
@@ -157,8 +155,14 @@ class ServerStartError(WhaleError, RuntimeError):
 
 
 @dataclass
-class TemporaryServer:
-    """A server process this process started, its port, and what its database started from."""
+class TemporaryServer(ServerProcess):
+    """A server process this process started, its port, and what its database started from; its lifecycle (wait,
+    stop) is `whale_core.process.ServerProcess`'s."""
+
+    timeout_key: ClassVar[str] = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+    poll_s: ClassVar[float] = 0.05
+    grace_s: ClassVar[float] = STOP_GRACE_S  # its shutdown writes the task-run recorder's last batch
+    error: ClassVar[type[Exception]] = ServerStartError
 
     process: subprocess.Popen[bytes]
     port: int
@@ -172,6 +176,14 @@ class TemporaryServer:
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/api"
+
+    @property
+    def what(self) -> str:
+        return "Prefect's temporary server"
+
+    @property
+    def health_url(self) -> str:
+        return f"{self.api_url}/health"
 
     def status(self) -> dict[str, Any]:
         """What the server process decided once it read Prefect's settings (blocks until it said so, ~2 s after the
@@ -199,69 +211,12 @@ class TemporaryServer:
         path = self.status().get("fresh_db")
         return Path(path) if path else None
 
-    def wait(self, timeout: float) -> float:
-        """Block until the server answers ``/api/health`` with 200; returns seconds since spawn.
-
-        Raises ServerStartError, quoting the server log's tail, if the process exits or ``timeout`` passes first.
-        """
-        if self.ready_seconds is not None:
-            return self.ready_seconds
-        deadline = time.monotonic() + timeout
-        while True:
-            code = self.process.poll()
-            if code is not None:
-                raise ServerStartError(
-                    f"Prefect's temporary server exited with code {code} before it answered{self._tail()}"
-                )
-            # not listening yet (refused, reset, slow): poll again until the deadline
-            with (
-                contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError),
-                urllib.request.urlopen(f"{self.api_url}/health", timeout=5) as response,
-            ):
-                if response.status == 200:
-                    self.ready_seconds = time.perf_counter() - self.started_at
-                    return self.ready_seconds
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ServerStartError(
-                    f"Prefect's temporary server did not answer within {timeout:.0f} s "
-                    f"(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS){self._tail()}"
-                )
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        """Terminate the server (SIGTERM, then SIGKILL after `STOP_GRACE_S`: its shutdown writes the task-run
-        recorder's last batch). Idempotent."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def _tail(self, chars: int = 2000) -> str:
-        try:
-            with self.log_path.open("rb") as f:
-                f.seek(self.log_offset)
-                text = f.read().decode(errors="replace")[-chars:]
-        except OSError:
-            return ""
-        return f"; its log {self.log_path} ends:\n{text}" if text.strip() else f" (its log {self.log_path} is empty)"
-
-
 _current: TemporaryServer | None = None
 
 
 def current() -> TemporaryServer | None:
     """The server `start` started in this process (None if it did not)."""
     return _current
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def recorder_batching(settings: Settings) -> dict[str, str]:
@@ -338,7 +293,7 @@ def start() -> TemporaryServer | None:
         home = Path(env.get("PREFECT_HOME", "~/.prefect")).expanduser()
         home.mkdir(parents=True, exist_ok=True)
         log_path = home / "temporary-server.log"
-        port = _free_port()
+        port = free_port()
         read_fd, write_fd = os.pipe()
         args = [sys.executable, "-c", _LAUNCHER, str(os.getpid()), str(write_fd), str(Path(__file__).parents[1])]
         args += ["--app-dir", app_dir, "--factory", "prefect.server.api.server:create_app"]

@@ -110,7 +110,7 @@ def _preload_steps(cfg: WhaleConfig, overlap: bool) -> list[tuple[str, Callable[
     def suite() -> None:
         from tasks.runtime import suite_of
 
-        suite_of(cfg.suite.model_dump(mode="json"))
+        suite_of(cfg.suite)
 
     def mlflow_store() -> None:
         from whale_core.records.lineage import Lineage

@@ -2,8 +2,18 @@
 # The project's test command (README's second command; .ci/run runs exactly this).
 # Creates .venv if missing, installs the pinned stack (constraints.txt) and the dev tools, installs Debian's headless
 # Chromium for the MLflow UI test where apt is available, then runs ruff, mypy and the whole pytest suite.
+#
+#   bash scripts/test.sh            the whole suite (what CI runs)
+#   bash scripts/test.sh --fast     the fast lane for whoever changes the code: every unit test (not `slow`, nothing
+#                                   under tests/flows, which start Prefect servers and real runs), ~1-2 min on 2 cores
+#   bash scripts/test.sh ARGS       ARGS go to pytest (e.g. tests/ascent -x)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+FAST=()
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  FAST=(-m "not slow" --ignore=tests/flows)
+fi
 
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
@@ -31,7 +41,7 @@ echo "== mypy"
 .venv/bin/mypy
 echo "== pytest"
 set +e
-.venv/bin/python -m pytest -p no:cacheprovider "$@"
+.venv/bin/python -m pytest -p no:cacheprovider "${FAST[@]}" "$@"
 rc=$?
 set -e
 case $rc in

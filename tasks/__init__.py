@@ -1,4 +1,5 @@
-"""WHALE's Prefect tasks: thin wrappers that parse small records, call `whale_core`, and return small records.
+"""WHALE's Prefect tasks: thin wrappers around the engine's calls (`whale_core.ascent.local`), small records in and
+out. `flows.calls.PrefectCalls` makes them the engine's `whale_core.ascent.calls.Calls`.
 
 Every task has a content-addressed cache key (`tasks.cache`) and persists its result, so a resumed run gets
 completed work back as ``Cached``; the proposer call retries with backoff; a retried GRPO update resumes from its
@@ -7,13 +8,11 @@ last TRL checkpoint.
 
 from tasks.grpo_update import WeightsOutcome, grpo_update
 from tasks.plateau_check import plateau_check
-from tasks.propose_harness import ProposalRecord, propose_harness
-from tasks.rollout import EvalResult, rollout_task
+from tasks.propose_harness import propose_harness
+from tasks.rollout import rollout_task
 from tasks.score_harness import score_harness
 
 __all__ = [
-    "EvalResult",
-    "ProposalRecord",
     "WeightsOutcome",
     "grpo_update",
     "plateau_check",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import task
 
 from tasks import fault
@@ -12,7 +10,7 @@ from whale_core.legs.schedule import Decision, LegOutcome, ScheduleConfig, make_
 
 
 @task(name="plateau-check", cache_key_fn=content_cache_key(), persist_result=True)
-def plateau_check(history: list[LegOutcome], mode: str, schedule: dict[str, Any], iteration: int) -> Decision:
-    decision = make_scheduler(mode, ScheduleConfig.model_validate(schedule)).next_leg(history)
+def plateau_check(history: list[LegOutcome], mode: str, schedule: ScheduleConfig, iteration: int) -> Decision:
+    decision = make_scheduler(mode, schedule).next_leg(history)
     fault.point("plateau-check")
     return decision

@@ -1,24 +1,25 @@
-"""``score-harness``: one candidate's per-problem scores on a slice of the leg's validation ordering."""
+"""``score-harness``: one candidate's per-problem scores on a slice of the run's validation order
+(`whale_core.ascent.local.score_jobs`)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from prefect import task
 
 from tasks import fault
 from tasks.cache import content_cache_key
-from tasks.runtime import problems_of, suite_of
-from whale_core.legs.scoring import ScoreBlock, score_block
+from tasks.runtime import suite_of
+from whale_core.legs.scoring import ScoreBlock
 from whale_core.records.refs import HarnessRef, PolicyRef, load_cached
+from whale_core.suites import SuiteConfig
 
 
 @task(name="score-harness", cache_key_fn=content_cache_key("batch_size"), persist_result=True, retries=1)
 def score_harness(
-    policy: PolicyRef, harness: HarnessRef, suite: dict[str, Any], start: int, end: int, seed: int, batch_size: int
+    policy: PolicyRef, harness: HarnessRef, suite: SuiteConfig, start: int, end: int, seed: int, batch_size: int
 ) -> ScoreBlock:
-    s = suite_of(suite)
-    problems = problems_of(s, "val", end, seed)[start:end]
-    block = score_block(load_cached(policy), harness.load(), s, problems, batch_size=batch_size, seed=seed)
+    from whale_core.ascent.local import score_jobs
+
+    [block] = score_jobs(load_cached(policy), [(harness.load(), start, end)], suite_of(suite), seed=seed,
+                         batch_size=batch_size)  # fmt: skip
     fault.point("score-harness")
     return block

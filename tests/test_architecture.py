@@ -149,3 +149,131 @@ def test_the_checker_sees_circles_lazy_type_only_and_upward_imports(tmp_path: Pa
     assert check_package(pkg) == [
         "whale_core.sub.c imports flows.iteration (the library must not import flows/tasks/CLI)"
     ]
+
+
+# ------------------------------------------------------------------------------------------------ the engine
+LAYERS = ("whale_core", "flows", "tasks", "whale_cli")
+ENGINE = REPO / "whale_core" / "ascent" / "engine.py"
+ARCHIVE_WRITES = frozenset(
+    {
+        "put_harness", "add_candidate", "set_candidate_status", "record_evaluation", "start_leg", "finish_leg",
+        "fail_leg", "end_attempt", "add_decision", "ensure_decision", "update_run", "create_run", "put_checkpoint",
+        "set_leg_mlflow_run",
+    }
+)  # fmt: skip
+LINEAGE_WRITES = frozenset(
+    {"ensure_run", "ensure_leg", "set_tag", "end", "log_metrics", "log_metric_history", "log_harness",
+     "log_leaderboard", "log_split", "log_text", "log_figure", "log_checkpoint", "register_final"}
+)  # fmt: skip
+
+
+def _sources(root: Path) -> list[Path]:
+    return [p for layer in LAYERS for p in sorted((root / layer).rglob("*.py"))]
+
+
+def _receiver(node: ast.expr) -> str:
+    """The dotted name a method is called on (``h.lineage`` for ``h.lineage.end(...)``), or ``""``."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _method_calls(path: Path) -> list[tuple[int, str, str, ast.Call]]:
+    """(line, receiver, method, call) of every ``receiver.method(...)`` call in a file."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            out.append((node.lineno, _receiver(node.func.value), node.func.attr, node))
+    return out
+
+
+def leg_run_calls(root: Path) -> list[str]:
+    """Every call of a leg's ``run`` outside the engine: ``<leg>.run(start)`` — the receiver names a leg
+    (``leg``, ``step``, ``*Leg(...)``) or the one argument is a `LegStart`."""
+    found = []
+    for path in _sources(root):
+        if path.resolve() == (root / "whale_core" / "ascent" / "engine.py").resolve():
+            continue
+        for line, recv, method, call in _method_calls(path):
+            if method != "run":
+                continue
+            arg = call.args[0] if len(call.args) == 1 and not call.keywords else None
+            leg_like = recv.split(".")[-1].lower() in ("leg", "step") or (
+                isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Call)
+                and _receiver(call.func.value.func).endswith("Leg")
+            )  # fmt: skip
+            starts = arg is not None and (
+                (isinstance(arg, ast.Name) and "start" in arg.id.lower())
+                or (isinstance(arg, ast.Call) and _receiver(arg.func).endswith("LegStart"))
+            )
+            if leg_like or starts:
+                found.append(f"{path.relative_to(root)}:{line}: {recv}.run(...)")
+    return found
+
+
+def record_writes(root: Path) -> list[str]:
+    """Every archive or lineage write outside ``whale_core/records/`` (the recorder is the one writer)."""
+    found = []
+    records = (root / "whale_core" / "records").resolve()
+    for path in _sources(root):
+        if records in path.resolve().parents:
+            continue
+        for line, recv, method, _ in _method_calls(path):
+            last = recv.split(".")[-1].lower()
+            archive_write = method in ARCHIVE_WRITES and last not in ("rec", "recorder")
+            if archive_write or (method in LINEAGE_WRITES and "lineage" in recv.lower()):
+                found.append(f"{path.relative_to(root)}:{line}: {recv}.{method}(...)")
+    return found
+
+
+def iteration_loops(root: Path) -> list[str]:
+    """Loops in ``flows/`` over block-ascent iterations (the loop lives in the engine)."""
+    found = []
+    for path in sorted((root / "flows").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.For | ast.While):
+                head = ast.unparse(node.iter if isinstance(node, ast.For) else node.test)
+                body = " ".join(ast.unparse(b) for b in node.body)
+                if any(w in head for w in ("max_legs", "iterations", "legs")) or "iteration(" in body:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {head}")
+    return found
+
+
+def test_the_library_imports_no_prefect() -> None:
+    _, external = import_graph(REPO / PACKAGE)
+    bad = sorted(f"{m} imports {n}" for m, names in external.items() for n in names if n.split(".")[0] == "prefect")
+    assert not bad, bad
+
+
+def test_only_the_engine_runs_a_leg_and_flows_hold_no_iteration_loop() -> None:
+    assert leg_run_calls(REPO) == []
+    assert iteration_loops(REPO) == []
+
+
+def test_the_recorder_is_the_only_writer_of_the_records() -> None:
+    assert record_writes(REPO) == []
+
+
+def test_the_engine_checks_see_what_they_claim(tmp_path: Path) -> None:
+    """Each check fires on a planted violation: a flow that runs a leg in a loop over iterations, a task that
+    writes the archive, a CLI command that logs to MLflow directly."""
+    for layer in LAYERS:
+        (tmp_path / layer).mkdir()
+    (tmp_path / "whale_core" / "ascent").mkdir()
+    (tmp_path / "whale_core" / "ascent" / "engine.py").write_text("def f(leg, start):\n    return leg.run(start)\n")
+    assert leg_run_calls(tmp_path) == [] and record_writes(tmp_path) == []
+    (tmp_path / "flows" / "loop.py").write_text(
+        "def f(cfg, leg, start):\n    for i in range(cfg.max_legs):\n        leg.run(start)\n"
+    )
+    (tmp_path / "tasks" / "t.py").write_text("def g(h):\n    h.archive.put_harness('s', 't')\n")
+    (tmp_path / "whale_cli" / "c.py").write_text("def c(lineage, r):\n    lineage.log_metrics(r, {})\n")
+    assert leg_run_calls(tmp_path) == ["flows/loop.py:3: leg.run(...)"]
+    assert iteration_loops(tmp_path) == ["flows/loop.py:2: range(cfg.max_legs)"]
+    assert record_writes(tmp_path) == [
+        "tasks/t.py:2: h.archive.put_harness(...)",
+        "whale_cli/c.py:2: lineage.log_metrics(...)",
+    ]

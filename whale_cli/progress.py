@@ -76,6 +76,19 @@ def _console_handler(h: logging.Handler) -> bool:
 
 
 @contextlib.contextmanager
+def leg_console(console: Any) -> Iterator[None]:
+    """Show progress events on ``console`` for the duration, and nothing else changed (``whale search``, ``whale
+    train``: one leg in this process, no orchestrator's log lines to move away)."""
+    renderer = ConsoleProgress(console)
+    events.LOGGER.addHandler(renderer)
+    try:
+        yield
+    finally:
+        events.LOGGER.removeHandler(renderer)
+        renderer.close_line()
+
+
+@contextlib.contextmanager
 def run_console(console: Any, log_path: Path | None, verbose: bool = False) -> Iterator[None]:
     """Show progress events on ``console`` for the duration; without ``verbose``, send all other console logging
     (and warnings) to ``log_path``. Restores the handlers on exit."""

@@ -1,4 +1,5 @@
-"""``whale search``: one harness leg with the policy frozen, printed as a leaderboard (no orchestration)."""
+"""``whale search``: one harness leg with the policy frozen, through the engine in this process (no orchestration),
+printed as a leaderboard."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from whale_cli.common import (
     SuiteFlag,
     console,
     load_harness,
-    load_policy_with_status,
     load_suite_from,
     refuse_adapter,
     resolve_config,
@@ -50,12 +50,16 @@ def search_cmd(
     Example: `whale search --model tiny --suite arith --proposer mutate -k 8`
     """
     setup_offline_env()
+    from rich.markup import escape
     from rich.table import Table
 
+    from whale_cli.progress import leg_console
+    from whale_core.ascent.engine import BlockAscent
+    from whale_core.ascent.local import LocalCalls
     from whale_core.config import Follows
-    from whale_core.legs.harness_leg import HarnessLeg, HarnessLegOptions
     from whale_core.records.archive import Archive
-    from whale_core.records.recorder import Recorder
+    from whale_core.records.recorder import Recorder, create_run
+    from whale_core.records.refs import HarnessRef, PolicyRef, load_cached
 
     whale = resolve_config(
         config,
@@ -72,31 +76,31 @@ def search_cmd(
         device=device,
     )
     refuse_adapter(whale, "whale search")
+    whale = whale.model_copy(update={"mode": "prompt-weights" if prompt_only else "harness-only"})
     s = load_suite_from(whale.suite)
     h = load_harness(whale.harness, s)
-    cfg = whale.search
-    policy = load_policy_with_status(whale.model.name, whale.model.device)
+    con = console()
+    with con.status(f"loading model '{whale.model.name}'…"):
+        base = PolicyRef.base(whale.model.name, whale.model.device)
+        load_cached(base)
     out_dir = run_dir("search")
     archive = Archive()
-    run = archive.create_run(
-        name=out_dir.name, mode="search", config={"search": cfg.model_dump(), "suite": whale.suite.name}
+    create_run(archive, out_dir.name, "search", {"search": whale.search.model_dump(), "suite": whale.suite.name})
+    rec = Recorder(archive, run_id=out_dir.name)
+    engine = BlockAscent(
+        whale, LocalCalls(whale, s, out_dir), rec, suite=s, run_dir=out_dir, base=base, seed_harness=HarnessRef.of(h)
     )
-    con = console()
-    with con.status("harness leg…") as status:
-        restrict = frozenset({"instruction"}) if prompt_only else None
-        options = HarnessLegOptions(cfg, whale.seed, out_dir / "traces", restrict_to=restrict)
-        leg = HarnessLeg(
-            options, s, Recorder(archive, run_id=run.id), policy=policy, progress=lambda msg: status.update(msg)
-        )
-        res = leg.search(run_id=run.id, iteration=0, incumbent=h, policy_id=str(policy.policy_id))
-    archive.update_run(run.id, status="finished")
-    table = Table(title=f"harness leaderboard ({whale.suite.name}, val, policy {policy.policy_id[:10]})")
+    with leg_console(con):
+        result = engine.one_leg("harness", measure=False)
+    rec.run_status("finished")
+    res = result.harness_legs[-1]
+    table = Table(title=f"harness leaderboard ({whale.suite.name}, val, policy {base.checkpoint_id[:10]})")
     for col in ("", "harness", "sha", "status", "score", "n", "prompt tok/problem"):
         table.add_column(col)
     for row in res.leaderboard():
         table.add_row(
             "★" if row["pareto"] else "",
-            str(row["name"]),
+            escape(str(row["name"])),
             str(row["sha"])[:10],
             row["status"],
             f"{row['score']:.3f}",
@@ -106,9 +110,11 @@ def search_cmd(
     con.print(table)
     rejected = [c for c in res.candidates if c.status == "rejected"]
     for c in rejected:
-        con.print(f"[dim]rejected: {c.reason}[/]")
-    con.print(f"{'[bold green]accepted' if res.accepted else '[bold yellow]kept the incumbent'}[/]: {res.reason}")
+        con.print(f"rejected: {c.reason}", style="dim", markup=False, highlight=False)
+    verdict = "[bold green]accepted[/]" if res.accepted else "[bold yellow]kept the incumbent[/]"
+    con.print(f"{verdict}: {escape(res.reason)}")
     if res.accepted:
         (out_dir / "winner.yaml").write_text(res.incumbent_out.text)
-        con.print(f"winner: {out_dir / 'winner.yaml'}\n{res.incumbent_in.diff(res.incumbent_out)}")
-    con.print(f"{res.completions} completions; archive run {run.id}")
+        con.print(f"winner: {out_dir / 'winner.yaml'}", markup=False, highlight=False)
+        con.print(res.incumbent_in.diff(res.incumbent_out), markup=False, highlight=False)
+    con.print(f"{res.completions} completions; archive run {out_dir.name}", markup=False, highlight=False)

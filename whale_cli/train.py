@@ -1,4 +1,5 @@
-"""``whale train``: one weights leg (GRPO + LoRA on prompts the harness renders), val score before and after."""
+"""``whale train``: one weights leg (GRPO + LoRA on prompts the harness renders) through the engine in this process,
+with the val score before and after."""
 
 from __future__ import annotations
 
@@ -17,9 +18,7 @@ from whale_cli.common import (
     ValProblemsFlag,
     console,
     load_harness,
-    load_policy_with_status,
     load_suite_from,
-    progress_rollout,
     refuse_adapter,
     resolve_config,
     run_dir,
@@ -44,12 +43,18 @@ def train_cmd(
     """Run one weights leg (GRPO on prompts the harness renders) and report the val score before and after.
 
     The `weights:` section sets GRPO; `-n` (rollout.val_problems) defaults to 500 here; the suite's problems follow
-    `--seed` unless `suite.seed` is set.
+    `--seed` unless `suite.seed` is set. The leg's budget is what its steps take (`budget.total` does not cut it).
     Example: `whale train --model tiny --suite arith --harness reversed.yaml --steps 300`
     """
     setup_offline_env()
+    from whale_cli.progress import leg_console
+    from whale_core.ascent.engine import BlockAscent
+    from whale_core.ascent.local import LocalCalls
     from whale_core.config import Follows
-    from whale_core.legs.weights_leg import train_weights_leg
+    from whale_core.legs.costs import leg_costs
+    from whale_core.records.archive import Archive
+    from whale_core.records.recorder import Recorder, create_run
+    from whale_core.records.refs import HarnessRef, PolicyRef, load_cached
 
     cfg = resolve_config(
         config,
@@ -65,37 +70,48 @@ def train_cmd(
         device=device,
     )
     refuse_adapter(cfg, "whale train")
+    cfg = cfg.model_copy(
+        update={"mode": "weights-only", "budget": cfg.budget.model_copy(update={"total": leg_costs(cfg)[0]})}
+    )
     s = load_suite_from(cfg.suite)
     h = load_harness(cfg.harness, s)
-    problems = list(s.problems("val"))[: cfg.rollout.val_problems]
-    policy = load_policy_with_status(cfg.model.name, cfg.model.device)
-    before = progress_rollout(policy, h, s, problems, batch_size=cfg.rollout.batch_size, seed=cfg.seed, split="val")
-    out_dir = run_dir("train")
     con = console()
-    con.print(f"before: val score {before.score:.4f} (n={before.n}); training {cfg.weights.steps} steps → {out_dir}")
-    with con.status("GRPO…"):
-        leg = train_weights_leg(policy, h, s, cfg.weights.model_copy(update={"seed": cfg.seed}), out_dir=out_dir)
-    from whale_core.models.policy import load_policy
-
-    trained = (
-        load_policy(cfg.model.name, adapter=str(leg.checkpoint.path), device=cfg.model.device)
-        if leg.checkpoint.is_lora
-        else load_policy(str(leg.checkpoint.path), device=cfg.model.device)
+    with con.status(f"loading model '{cfg.model.name}'…"):
+        base = PolicyRef.base(cfg.model.name, cfg.model.device)
+        load_cached(base)
+    out_dir = run_dir("train")
+    archive = Archive()
+    weights = cfg.weights.model_dump(mode="json")
+    create_run(archive, out_dir.name, "train", {"weights": weights, "suite": cfg.suite.name})
+    rec = Recorder(archive, run_id=out_dir.name)
+    engine = BlockAscent(
+        cfg, LocalCalls(cfg, s, out_dir), rec, suite=s, run_dir=out_dir, base=base, seed_harness=HarnessRef.of(h)
     )
-    after = progress_rollout(trained, h, s, problems, batch_size=cfg.rollout.batch_size, seed=cfg.seed, split="val")
     con.print(
-        f"[bold]val score {before.score:.4f} → {after.score:.4f}[/] ({after.score - before.score:+.4f}, n={after.n}); "
-        f"{leg.completions} completions in {leg.seconds:.0f}s; checkpoint {leg.checkpoint.path}"
+        f"training {cfg.weights.steps} GRPO steps from '{cfg.model.name}' → {out_dir}; val before and after on "
+        f"{cfg.rollout.val_problems} problems",
+        markup=False, highlight=False,
+    )  # fmt: skip
+    with leg_console(con):
+        result = engine.one_leg("weights")
+    rec.run_status("finished")
+    before, after = result.initial, result.last
+    ckpt = after.policy.adapter_dir or after.policy.model_dir
+    n = len(after.scores)
+    spent = result.budget.by_kind["weights"]
+    con.print(
+        f"[bold]val score {before.metric:.4f} → {after.metric:.4f}[/] ({after.metric - before.metric:+.4f}, n={n}); "
+        f"{spent} completions; checkpoint {ckpt}",
+        highlight=False,
     )
     (out_dir / "summary.json").write_text(
         json.dumps(
             {
-                "before": before.score,
-                "after": after.score,
-                "n": after.n,
-                "completions": leg.completions,
-                "seconds": leg.seconds,
-                "checkpoint": str(leg.checkpoint.path),
+                "before": before.metric,
+                "after": after.metric,
+                "n": n,
+                "completions": spent,
+                "checkpoint": ckpt,
                 "harness": h.sha,
             },
             indent=2,

@@ -162,15 +162,6 @@ class WhaleConfig(BaseModel):
             )
         return self
 
-    def min_completions(self, kind: str) -> int:
-        """The fewest completions a leg of ``kind`` can do anything with: one GRPO step (weights); scoring the
-        incumbent on the val problems and every candidate on the first halving round, the least a harness leg can
-        judge (harness). With less left, the leg is not run."""
-        if kind == "weights":
-            return self.weights.per_device_train_batch_size
-        val = self.rollout.val_problems
-        return val + self.search.candidates * min(self.search.rounds[0], val)
-
     @property
     def max_legs(self) -> int:
         """The iteration cap in force: ``iterations``, or 1000 (the schema's ceiling) when it is null."""

@@ -24,6 +24,10 @@
   recovers an unclosed WAL on the next open).
 - **One writer per cached model.** `file_lock` serializes installs and builds into the model cache across processes
   (the tiny model, named models).
+- **Servers WHALE starts itself** (Prefect's temporary server, ``flows/prefect_server.py``; the served proposer's
+  model, `whale_core.proposers.serve`) share one lifecycle, `ServerProcess`: wait for the first healthy answer
+  (quoting the server log's tail when it exits or times out), stop with SIGTERM then SIGKILL after a grace period;
+  `free_port` picks their port.
 """
 
 from __future__ import annotations
@@ -32,13 +36,18 @@ import atexit
 import contextlib
 import os
 import signal
+import socket
+import subprocess
 import sys
 import threading
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
-__all__ = ["file_lock", "run_cli"]
+__all__ = ["ServerProcess", "file_lock", "free_port", "run_cli"]
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -108,3 +117,83 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """The lifecycle of a server process this process started (a mixin of the dataclasses that hold it): it has a
+    ``process``, a ``port``, a ``log_path`` with this server's output from ``log_offset`` on, ``started_at``
+    (``time.perf_counter()`` at spawn) and ``ready_seconds``. A subclass names itself (``what``), its health URL,
+    the setting that bounds its start (``timeout_key``), the error it raises and its stop grace."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    log_offset: int
+    started_at: float
+    ready_seconds: float | None
+
+    timeout_key: ClassVar[str] = "start timeout"
+    poll_s: ClassVar[float] = 0.1
+    grace_s: ClassVar[float] = 5.0
+    error: ClassVar[type[Exception]] = RuntimeError
+
+    @property
+    def what(self) -> str:
+        return "the server"
+
+    @property
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/health"
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def wait(self, timeout: float) -> float:
+        """Block until the health URL answers 200; returns seconds since spawn. Raises ``error`` quoting the log's
+        tail (and stops the process) if it exits or ``timeout`` passes first."""
+        if self.ready_seconds is not None:
+            return self.ready_seconds
+        deadline = time.monotonic() + timeout
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                raise self.error(f"{self.what} exited with code {code} before it answered{self.tail()}")
+            # not listening yet (refused, reset, slow): poll again until the deadline
+            with (
+                contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError, OSError),
+                urllib.request.urlopen(self.health_url, timeout=5) as response,
+            ):
+                if response.status == 200:
+                    self.ready_seconds = time.perf_counter() - self.started_at
+                    return self.ready_seconds
+            if time.monotonic() > deadline:
+                self.stop()
+                raise self.error(f"{self.what} did not answer within {timeout:.0f} s ({self.timeout_key}){self.tail()}")
+            time.sleep(self.poll_s)
+
+    def stop(self) -> None:
+        """Terminate the server: SIGTERM, then SIGKILL after ``grace_s``. Idempotent."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=self.grace_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def tail(self, chars: int = 2000) -> str:
+        """The end of this server's output, as a clause for an error message."""
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(self.log_offset)
+                text = f.read().decode(errors="replace")[-chars:]
+        except OSError:
+            return ""
+        return f"; its log {self.log_path} ends:\n{text}" if text.strip() else f" (its log {self.log_path} is empty)"

@@ -15,6 +15,7 @@ from flow_helpers import REPO, make_home, python, whale
 
 from flows import prefect_server
 from flows.prefect_server import ServerStartError, TemporaryServer
+from whale_core.process import free_port
 
 
 def _alive(pid: int) -> bool:
@@ -110,7 +111,7 @@ def _server(tmp_path: Path, args: list[str]) -> TemporaryServer:
         process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
     read_fd, write_fd = os.pipe()
     os.close(write_fd)
-    return TemporaryServer(process, prefect_server._free_port(), log, offset, time.perf_counter(), read_fd)
+    return TemporaryServer(process, free_port(), log, offset, time.perf_counter(), read_fd)
 
 
 def test_a_server_that_exits_is_an_error_quoting_its_own_log(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from whale_core.legs.budget import Budget
 from whale_core.legs.leg import Leg, LegStart
 from whale_core.legs.weights_leg import WeightsConfig, WeightsLeg, WeightsOutcome, reward_stats
 from whale_core.records.refs import HarnessRef, PolicyRef
+from whale_core.seeds import weights_leg_seed
 from whale_core.suites import load_suite
 
 BASE = PolicyRef(model="base-dir", adapter=None, checkpoint_id="base-x")
@@ -70,15 +71,17 @@ def test_weights_leg_with_no_budget_left_returns_the_start_pair() -> None:
 
 
 @pytest.mark.slow
-def test_weights_leg_trains_here_by_default_with_the_iterations_seed(tmp_path: Path) -> None:
+def test_weights_leg_trains_here_by_default_with_the_seed_it_is_given(tmp_path: Path) -> None:
+    """The leg trains with its config's seed as given: in a run, the engine sets it to the iteration's
+    (`weights_leg_seed`), the one rule of a leg's seed."""
     micro = build_micro(tmp_path / "micro")
     base = PolicyRef(model=str(micro), adapter=None, checkpoint_id="base-micro", device="cpu")
-    cfg = WeightsConfig(steps=1, save_steps=50, seed=7, **SMALL)
+    cfg = WeightsConfig(steps=1, save_steps=50, seed=weights_leg_seed(7, 2), **SMALL)
     leg = WeightsLeg(base, load_suite("arith"), cfg, tmp_path / "leg")
     budget = Budget(100)
     res = leg.run(LegStart("run", 2, base, HARNESS, 0.0, budget))
     assert res.completions == 16 and budget.remaining("weights") == 84 and res.metrics["steps"] == 1.0
     assert res.policy.adapter is not None and not res.policy.is_base and res.harness == HARNESS
     spec = (tmp_path / "leg" / "leg_spec.json").read_text()
-    assert '"seed": 2007' in spec  # weights_leg_seed(7, 2), as the flow's grpo-update task trains with
+    assert '"seed": 2007' in spec
     assert asdict(res)["policy"]["checkpoint_id"] == res.policy.checkpoint_id

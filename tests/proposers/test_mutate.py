@@ -109,3 +109,43 @@ def test_answer_encoding_operator_rewrites_the_instruction(seed_harness: Harness
 def test_max_ops_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_ops"):
         MutateProposer(max_ops=0)
+
+
+# ------------------------------------------------------------------------------------------------ undo moves
+def _with_origin(ctx: Any, origin: Harness) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(ctx, origin=origin.text)
+
+
+def test_undo_moves_put_fields_back_to_the_seed(seed_harness: Harness, make_ctx: Any) -> None:
+    """An incumbent that drifted from the seed (sampling, demos, an int parse step, another instruction): the
+    neighbourhood includes putting each of those back, one field at a time."""
+    steps = [s.model_dump(by_alias=True, exclude_none=True) for s in seed_harness.spec.parse]
+    drifted = seed_harness.evolve(
+        instruction="Be exact.", fewshot={"k": 3}, decoding={"temperature": 0.8}, parse=[*steps, {"int": True}]
+    )
+    props = MutateProposer(seed=0, max_ops=1).propose(_with_origin(make_ctx(drifted), seed_harness), 60)
+    got = harnesses(props)
+    assert got[0].parent == drifted.sha
+    back = {
+        "temperature": any(h.spec.decoding.temperature == seed_harness.spec.decoding.temperature for h in got),
+        "fewshot.k": any(h.spec.fewshot.k == seed_harness.spec.fewshot.k for h in got),
+        "parse": any(h.spec.parse == seed_harness.spec.parse for h in got),
+        "instruction": any(h.spec.instruction == seed_harness.spec.instruction for h in got),
+    }
+    assert all(back.values()), back
+    # without an origin (the incumbent is the seed) the operator is not offered: no other operator writes the seed's
+    # own instruction back (it is not in the phrase bank)
+    plain = MutateProposer(seed=0, max_ops=1).propose(make_ctx(drifted), 60)
+    assert not any(h.spec.instruction == seed_harness.spec.instruction for h in harnesses(plain))
+
+
+def test_undo_in_prompt_weights_mode_touches_the_instruction_only(seed_harness: Harness, make_ctx: Any) -> None:
+    drifted = seed_harness.evolve(instruction="Be exact. Do not explain.")
+    ctx = _with_origin(make_ctx(drifted, restrict_to=frozenset({"instruction"})), seed_harness.evolve(
+        instruction=seed_harness.spec.instruction, decoding={"temperature": 0.5}
+    ))  # fmt: skip
+    got = harnesses(MutateProposer(seed=2, max_ops=1).propose(ctx, 40))
+    assert all(set(changed_fields(drifted, h)) <= {"instruction"} for h in got)
+    assert any(h.spec.instruction == seed_harness.spec.instruction for h in got)

@@ -1,5 +1,5 @@
-"""The science options of `whale compare` (issue 21) on synthetic inputs: the no-progress stop that ends a run with
-no iteration cap (equal spend), the redirect of a harness leg whose share cap is spent, the sweep's validation (every
+"""The science options of `whale compare` (issue 21) on synthetic inputs: a run with no iteration cap (equal spend;
+its no-progress stop and the share-cap redirect: tests/ascent/test_decider.py), the sweep's validation (every
 phase length alternates at least twice, in iterations and in budget), a share cap at large budgets, the sample-
 efficiency table and figure. The coupling check's wording: tests/proposers/test_mutate_wording.py."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from whale_core.config import ConfigError, WhaleConfig, load_config
 from whale_core.legs.budget import Budget
-from whale_core.legs.schedule import Decision, LegOutcome, budget_redirect, mode_legs, no_progress
+from whale_core.legs.costs import leg_costs
 from whale_core.science.compare import (
     CompareError,
     RunOutcome,
@@ -20,39 +20,9 @@ from whale_core.science.compare import (
     check_sweep,
     config_note,
     equal_spend_overrides,
-    leg_costs,
     write_compare_report,
 )
 from whale_core.science.efficiency import efficiency_markdown, first_reach, reach_table, score_at, target
-
-
-def _legs(*items: tuple[str, float]) -> list[LegOutcome]:
-    return [LegOutcome(i, kind, m) for i, (kind, m) in enumerate(items)]  # type: ignore[arg-type]
-
-
-# ------------------------------------------------------------------------------------------- no-progress stop
-def test_harness_only_stops_after_patience_legs_without_gain() -> None:
-    hist = _legs(("harness", 0.385), ("harness", 0.385), ("harness", 0.39))
-    assert no_progress(hist[:2], "harness-only", 2, 0.01, 0.07) is None  # one leg since the gain at leg 0
-    why = no_progress(hist, "harness-only", 2, 0.01, 0.07)
-    assert why is not None and "0.3850" in why and "last 2 legs" in why and "harness x2" in why
-
-
-def test_a_gain_above_min_delta_resets_the_count() -> None:
-    hist = _legs(("harness", 0.30), ("harness", 0.30), ("harness", 0.35), ("harness", 0.35))
-    assert no_progress(hist, "harness-only", 2, 0.01, 0.30) is None
-    assert no_progress([*hist, LegOutcome(4, "harness", 0.355)], "harness-only", 2, 0.01, 0.30) is not None
-
-
-def test_alternating_run_is_not_stopped_before_its_other_leg_had_a_turn() -> None:
-    # eight harness legs without a gain (a long fixed phase): the weights leg has not run since, so no stop
-    hist = _legs(*[("harness", 0.385)] * 8)
-    assert no_progress(hist, "whale-fixed", 3, 0.01, 0.385) is None
-    assert no_progress(hist, "harness-only", 3, 0.01, 0.385) is not None
-    hist += [LegOutcome(8, "weights", 0.38)]
-    why = no_progress(hist, "whale-fixed", 3, 0.01, 0.385)
-    assert why is not None and "harness x8" in why and "weights x1" in why
-    assert mode_legs("weights-only") == {"weights"} and mode_legs("prompt-weights") == {"weights", "harness"}
 
 
 def test_iterations_null_needs_a_stop_rule_and_the_error_names_the_keys() -> None:
@@ -74,24 +44,7 @@ def test_equal_spend_overrides_keep_a_users_own_patience() -> None:
     assert "no iteration cap" in note and "3 legs" in note and "equal spend" in note
 
 
-# ------------------------------------------------------------------------------------------- share cap / redirect
-def test_harness_leg_with_spent_cap_becomes_a_weights_leg_in_modes_that_train() -> None:
-    d = Decision("harness", "fixed phase of 1 weights leg(s) done", switched=True)
-    out = budget_redirect(d, "whale-fixed", harness_left=0, weights_left=5000)
-    assert out.leg == "weights" and "share cap" in out.reason and "fixed phase" in out.reason
-    assert budget_redirect(d, "harness-only", 0, 5000) == d  # harness-only cannot train: the run stops instead
-    assert budget_redirect(d, "whale-fixed", 10, 5000) == d  # cap not yet spent
-    assert budget_redirect(d, "whale-fixed", 0, 0) == d  # nothing left at all: the budget stop handles it
-    # 14 completions left cannot score the incumbent on 40 val problems: that counts as spent
-    assert budget_redirect(d, "whale-fixed", 14, 5000, harness_min=40).leg == "weights"
-    assert budget_redirect(d, "whale-fixed", 40, 5000, harness_min=40) == d
-    cfg = load_config(overrides=["rollout.val_problems=40", "weights.per_device_train_batch_size=16"])
-    # the incumbent on 40 val problems + 8 candidates on the first round (40, capped by the val problems)
-    assert (cfg.min_completions("harness"), cfg.min_completions("weights")) == (40 + 8 * 40, 16)
-    # the 1 % bet's seed 1 at 150k: 460 left after a weights leg ran a harness leg that could score no candidate
-    assert WhaleConfig().min_completions("harness") == 200 + 8 * 40 > 460
-
-
+# ------------------------------------------------------------------------------------------------ share cap
 @pytest.mark.parametrize("total", [100_000, 250_000, 1_000_000])
 def test_one_percent_cap_at_large_budgets_allows_a_harness_leg(total: int) -> None:
     bud = Budget(total, 0.01)
@@ -102,8 +55,6 @@ def test_one_percent_cap_at_large_budgets_allows_a_harness_leg(total: int) -> No
     assert bud.remaining("harness") >= min(harness, 1000)
     bud.charge("harness", bud.remaining("harness"))
     assert bud.remaining("harness") == 0 and bud.remaining("weights") == total - total // 100
-    redirected = budget_redirect(Decision("harness", "x", True), "whale-adaptive", 0, bud.remaining("weights"))
-    assert redirected.leg == "weights"
 
 
 # ------------------------------------------------------------------------------------------------------ sweep

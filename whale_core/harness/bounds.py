@@ -227,7 +227,7 @@ def _whale_concat(first: Any, *rest: Any) -> str:
     _step()
     parts = (first, *rest)
     ensure(sum(printed_size(p) for p in parts), "'~' result")
-    return _built("".join(str(p) for p in parts), "'~' result")
+    return str(_built("".join(str(p) for p in parts), "'~' result"))
 
 
 def _whale_value(value: Any) -> Any:

@@ -165,7 +165,7 @@ class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
                 seen.add(key)
             except TypeError:  # an unhashable key: the schema rejects it later
                 pass
-        return super().construct_mapping(node, deep=deep)
+        return dict(super().construct_mapping(node, deep=deep))
 
 
 def load_document(text: str) -> tuple[dict[str, Any], str | None]:

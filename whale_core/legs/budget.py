@@ -117,6 +117,17 @@ class Budget:
                 f"spent={self.spent}/{self.total}, harness={self.by_kind['harness']}/{self.harness_cap}"
             )
 
+    def charge_up_to(self, kind: str, n: int) -> int:
+        """Charge ``n`` completions to ``kind``, or what is left of it when less (work already done that a leg's
+        estimate did not foresee, e.g. an evaluation after the budget was nearly spent); returns what was charged."""
+        k = _check_kind(kind)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"charge must be a non-negative int, got {n!r}")
+        with self._lock:
+            charged = min(n, self._remaining(k))
+            self._by_kind[k] += charged
+            return charged
+
     @property
     def spent(self) -> int:
         """Completions spent against ``total`` (weights + harness; eval is reported apart)."""

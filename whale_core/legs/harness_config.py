@@ -45,6 +45,13 @@ class SearchConfig(BaseModel):
     z: float = Field(1.645, ge=0.0, description="standard errors a winner must clear (paired test)")
     min_delta: float = Field(0.0, ge=0.0, le=1.0, description="score a winner must gain over the incumbent, besides z")
     archive_top: int = Field(8, ge=0, le=100, description="prior harnesses shown to the proposer")
+    revisit_top: int = Field(
+        2,
+        ge=0,
+        le=50,
+        description="after the policy changed, the archive's best harnesses (besides the seed and the earlier "
+        "incumbents) re-scored as candidates under the new weights",
+    )
     failing_traces: int = Field(8, ge=0, le=100, description="failing traces of the incumbent shown to the proposer")
     context_tokens: int = Field(6000, ge=500, description="token budget of the proposer's prompt (litellm proposers)")
     timeout: float = Field(60.0, gt=0, description="seconds per proposer request before it counts as failed")

@@ -67,9 +67,12 @@ def proposal_context(
     seed: int,
     iteration: int,
     as_of: datetime | None,
+    *,
+    origin: Harness | None = None,
 ) -> ProposalContext:
-    """The proposer's context: the suite, the format reference, the incumbent with its score, `archive_entries`
-    and up to ``cfg.failing_traces`` of the incumbent's failing traces (shuffled by seed and iteration)."""
+    """The proposer's context: the suite, the format reference, the incumbent with its score, `archive_entries`,
+    up to ``cfg.failing_traces`` of the incumbent's failing traces (shuffled by seed and iteration) and the run's
+    seed harness (``origin``, when it is not the incumbent)."""
     entries = archive_entries(archive, run_id, policy_id, exclude=incumbent.sha, top=cfg.archive_top, as_of=as_of)
     failing = [t for t in inc_traces if float(t["score"]) < 1.0]
     random.Random(f"traces-{seed}-{iteration}").shuffle(failing)
@@ -96,4 +99,5 @@ def proposal_context(
         restrict_to=restrict_to,
         seed=seed,
         iteration=iteration,
+        origin=None if origin is None or origin.sha == incumbent.sha else origin.text,
     )

@@ -9,7 +9,10 @@ leg called with keyword arguments):
 3. Ask the proposer for ``candidates`` texts. Invalid ones (bad YAML, unsafe template, prompt-weights violation,
    duplicates) are recorded as rejected with the reason; a dead proposer (`ProposerUnavailable`) is recorded and the
    leg ends with the incumbent unchanged — it never crashes a run.
-4. Successive halving over nested prefixes of one fixed validation ordering (so every comparison is paired).
+4. Successive halving over nested prefixes of one fixed validation ordering (so every comparison is paired). The
+   harnesses the leg is asked to revisit (``LegStart.revisit``: under a new policy, the run's seed harness, its earlier
+   incumbents and the archive's best, `whale_core.ascent`) join the proposals as candidates of the first round —
+   a harness's score belongs to (harness, policy), so one that lost under earlier weights may win under these.
 5. The round winner replaces the incumbent only if a paired test on the same problems says it is better by more
    than the noise (``z`` standard errors and ``min_delta``).
 6. When the budget cuts the halving short, the leg judges what it did score: the top candidate of the deepest round
@@ -18,9 +21,10 @@ leg called with keyword arguments):
    problems). A clear winner is then kept instead of thrown away with the rounds the budget could not pay for; when
    not even the first round was scored, the leg ends with the incumbent.
 
-Every rollout is charged to the budget (``harness`` kind) and recorded as an evaluation in the archive, with its
-traces on disk. Scores are cached per (harness sha, policy id): promoting a candidate to a larger subset only rolls
-out the problems it has not seen (`whale_core.legs.scoring`). Records go through the leg's `Recorder`: the archive
+Every proposal goes through one gate here, `check_candidate` (whatever the proposer checked itself). Every rollout
+is charged to the budget (``harness`` kind) and recorded as an evaluation in the archive, with its traces on disk.
+Scores are cached per (harness sha, policy id): promoting a candidate to a larger subset only rolls out the
+problems it has not seen (`whale_core.legs.scoring`). Records go through the leg's `Recorder`: the archive
 as the leg goes, the MLflow mirror of the leg in one call at its end.
 """
 
@@ -114,13 +118,15 @@ class HarnessLegResult:
 @dataclass(frozen=True)
 class HarnessLegOptions:
     """A harness leg's settings: the ``search:`` config, the run's seed, where its traces go, the rollout batch
-    size, and the fields a candidate may change (``{"instruction"}`` in prompt-weights mode; None: any)."""
+    size, the fields a candidate may change (``{"instruction"}`` in prompt-weights mode; None: any), and the run's
+    seed harness (``origin``: shown to the proposer, whose undo moves put fields back to it; None: the incumbent)."""
 
     search: SearchConfig
     seed: int
     traces_dir: Path
     batch_size: int = 64
     restrict_to: frozenset[str] | None = None
+    origin: Harness | None = None
 
 
 class HarnessLeg:
@@ -144,6 +150,7 @@ class HarnessLeg:
         self.proposer = proposer or make_proposer(options.search, options.seed)
         self.roll_many, self.policy = roll_many, policy
         self.say = progress or (lambda _msg: None)
+        self.result: HarnessLegResult | None = None  # the last `search`'s full result (its leaderboard)
 
     def run(self, start: LegStart) -> LegResult:
         """One leg from ``start``: ends with the incumbent, or the candidate that beat it (``accepted``)."""
@@ -155,6 +162,7 @@ class HarnessLeg:
             budget=start.budget,
             leg_id=start.leg_id,
             as_of=start.as_of,
+            revisit=[r.load() for r in start.revisit],
         )
         harness = HarnessRef.of(res.incumbent_out) if res.accepted else start.harness
         return LegResult("harness", start.policy, harness, res.completions, res.accepted, res.reason, res.metrics())
@@ -169,16 +177,21 @@ class HarnessLeg:
         budget: Budget | None = None,
         leg_id: int | None = None,
         as_of: datetime | None = None,
+        revisit: Sequence[Harness] = (),
     ) -> HarnessLegResult:
         """One leg with its full result (every candidate's outcome). Never raises for a bad candidate or a dead
-        proposer. Ends with the leg's MLflow mirror (`Recorder.harness_leg`)."""
-        attempt = _Attempt(self, run_id, iteration, incumbent, policy_id, budget, leg_id, as_of)
+        proposer. ``revisit``: harnesses scored as candidates besides the proposals. Ends with the leg's MLflow
+        mirror (`Recorder.harness_leg`)."""
+        if leg_id is not None:
+            self.recorder.leg_id = leg_id
+        attempt = _Attempt(self, run_id, iteration, incumbent, policy_id, budget, as_of, revisit)
         res = attempt.run()
         inc = HarnessRef(incumbent.sha, incumbent.text, incumbent.parent)
         inc_tokens = next((c.prompt_tokens for c in res.candidates if c.status == "incumbent"), None)
         self.recorder.harness_leg(
             iteration, inc, incumbent.name, res.incumbent_score, attempt.logged(res), res.metrics(), inc_tokens
         )
+        self.result = res
         return res
 
 
@@ -193,14 +206,15 @@ class _Attempt:
         incumbent: Harness,
         policy_id: str,
         budget: Budget | None,
-        leg_id: int | None,
         as_of: datetime | None,
+        revisit: Sequence[Harness],
     ) -> None:
         self.leg, self.opts, self.suite = leg, leg.options, leg.suite
         self.cfg = self.opts.search
-        self.archive = leg.recorder.archive
+        self.rec = leg.recorder
+        self.archive = leg.recorder.archive  # reads
         self.run_id, self.iteration, self.incumbent, self.pid = run_id, iteration, incumbent, policy_id
-        self.leg_id, self.as_of = leg_id, as_of
+        self.as_of, self.revisit = as_of, list(revisit)
         self.problems = validation_order(self.suite, self.opts.seed)
         self.sizes = [n for n in self.cfg.rounds if n <= len(self.problems)] or [len(self.problems)]
         self.full = self.sizes[-1]
@@ -229,7 +243,7 @@ class _Attempt:
     def run(self) -> HarnessLegResult:
         inc = self.incumbent
         self.opts.traces_dir.mkdir(parents=True, exist_ok=True)
-        self.archive.put_harness(inc.sha, inc.text, inc.name, inc.parent)
+        self.rec.harness(inc)
         try:
             inc_scores = self.scorer.score(inc, self.full)
         except BudgetStop as stop:
@@ -242,6 +256,7 @@ class _Attempt:
         except ProposerUnavailable as exc:
             self.leg.recorder.decide(self.iteration, "proposer-unavailable", str(exc), {})
             return self._result(f"proposer unavailable: {exc}", inc_score, usage=False)
+        self._add_revisits()
         self._screen(proposals)
         self.leg.say(f"{len(self.valid)} valid candidate(s), {len(self.outcomes)} rejected")
         if not self.valid:  # the proposer's tokens and time were spent all the same
@@ -255,8 +270,7 @@ class _Attempt:
         scores = sc.scores[h.sha][:n]
         path = self.opts.traces_dir / f"{h.sha[:12]}-{self.pid[:16]}-val{n}.jsonl"
         _write_traces(path, sc.traces[h.sha][:n])
-        self.archive.record_evaluation(
-            run_id=self.run_id,
+        self.rec.evaluation(
             harness_sha=h.sha,
             checkpoint_id=self.pid,
             split="val",
@@ -274,39 +288,47 @@ class _Attempt:
         return proposal_context(
             self.suite, inc, inc_score, self.full, sc.prompt_tokens(inc.sha), sc.traces[inc.sha], self.archive,
             self.run_id, self.pid, self.cfg, self.opts.restrict_to, self.opts.seed, self.iteration, self.as_of,
+            origin=self.opts.origin,
         )  # fmt: skip
 
+    def _add_revisits(self) -> None:
+        """The harnesses to revisit under this policy, as candidates (proposer ``revisit``), before the proposals:
+        a proposal identical to one of them is then a duplicate."""
+        for h in self.revisit:
+            if h.sha == self.incumbent.sha or h.sha in self.valid:
+                continue
+            self.rec.harness(h)
+            self.cand_ids[h.sha] = self.rec.candidate(h.sha, h.parent, "revisit", "proposed", None)
+            self.rows.append([h.sha, h.text, h.parent, "proposed", ""])
+            self.valid[h.sha] = h
+
     def _screen(self, proposals: Sequence[Proposal]) -> None:
-        """Record every proposal: invalid ones, duplicates and restriction violations as rejected (with the reason),
+        """The one gate: every proposal's text goes through `check_candidate` (parse, validate, a change, the mode's
+        restriction). Invalid ones, duplicates and restriction violations are recorded as rejected (with the reason),
         the rest as proposed; the latter become ``valid``."""
         inc, restrict = self.incumbent, self.opts.restrict_to
         for p in proposals:
             for key, value in p.usage.items():
                 self.usage[key] = self.usage.get(key, 0.0) + float(value)
-            h = p.harness
-            reason = p.reason
-            if p.status == "valid" and h is not None and (h.sha in self.valid or h.sha == inc.sha):
+            checked = p
+            if p.status == "valid" and p.text:
+                parent = p.parent or (p.harness.parent if p.harness is not None else None)
+                checked = check_candidate(p.text, inc, restrict, p.proposer, parent=parent)
+            h, reason = checked.harness, checked.reason
+            if h is not None and h.sha in self.valid:
                 reason, h = "duplicate of another candidate or the incumbent", None
-            if h is not None and restrict is not None:  # enforced here too: a custom proposer may ignore it
-                checked = check_candidate(h.text, inc, restrict, p.proposer, parent=h.parent)
-                if checked.status != "valid":
-                    reason, h = checked.reason, None
-            if p.status != "valid" or h is None:
-                if p.harness is not None:  # a valid harness rejected here (duplicate, restriction): keep its text
-                    self.archive.put_harness(p.harness.sha, p.harness.text, p.harness.name, p.harness.parent)
-                self.archive.add_candidate(
-                    run_id=self.run_id, leg_id=self.leg_id, harness_sha=p.sha, parent_sha=inc.sha,
-                    proposer=p.proposer, status="rejected", reason=reason, text=p.text,
-                )  # fmt: skip
-                text = p.harness.text if p.harness is not None else p.text
-                self.rows.append([p.sha, text, inc.sha, "rejected", reason or ""])
-                self.outcomes.append(CandidateOutcome(p.sha, None, "rejected", reason))
+            if checked.status != "valid" or h is None:
+                kept = checked.harness or _parsed(p)
+                if kept is not None:  # a harness rejected here (a duplicate, the restriction): keep its text
+                    self.rec.harness(kept)
+                sha = kept.sha if kept is not None else None
+                self.rec.candidate(sha, inc.sha, p.proposer, "rejected", reason, text=checked.text)
+                text = kept.text if kept is not None else checked.text
+                self.rows.append([sha, text, inc.sha, "rejected", reason or ""])
+                self.outcomes.append(CandidateOutcome(sha, None, "rejected", reason))
                 continue
-            self.archive.put_harness(h.sha, h.text, h.name, h.parent)
-            self.cand_ids[h.sha] = self.archive.add_candidate(
-                run_id=self.run_id, leg_id=self.leg_id, harness_sha=h.sha, parent_sha=h.parent,
-                proposer=p.proposer, status="proposed", reason=None,
-            ).id  # fmt: skip
+            self.rec.harness(h)
+            self.cand_ids[h.sha] = self.rec.candidate(h.sha, h.parent, p.proposer, "proposed", None)
             self.rows.append([h.sha, h.text, h.parent, "proposed", ""])
             self.valid[h.sha] = h
 
@@ -381,7 +403,7 @@ class _Attempt:
                 reason = stopped
             elif sha == winner.sha and paired and paired.accept and not accepted:
                 reason = f"not judged, the budget cut the first round: {stopped}"
-            self.archive.set_candidate_status(self.cand_ids[sha], status, reason)
+            self.rec.candidate_status(self.cand_ids[sha], status, reason)
             final[sha] = (status, reason)
             mean = sum(scores) / len(scores) if scores else None
             self.outcomes.append(
@@ -458,6 +480,16 @@ def run_harness_leg(
         run_id=run_id, iteration=iteration, incumbent=incumbent, policy_id=pid, budget=budget, leg_id=leg_id,
         as_of=as_of,
     )  # fmt: skip
+
+
+def _parsed(p: Proposal) -> Harness | None:
+    """The harness a proposal's text parses into (whatever the gate's verdict), or None."""
+    if p.harness is not None:
+        return p.harness
+    try:
+        return Harness.from_text(p.text, parent=p.parent) if p.text else None
+    except Exception:  # not a harness: nothing to keep but the raw text
+        return None
 
 
 def _write_traces(path: Path, traces: Sequence[dict[str, Any]]) -> None:

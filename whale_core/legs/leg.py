@@ -2,8 +2,9 @@
 
 A block-ascent iteration runs exactly one leg. The weights leg (`whale_core.legs.weights_leg`) keeps the harness and
 returns a new policy; the harness leg (`whale_core.legs.harness_leg`) keeps the policy and returns the incumbent it
-ends with. Both take a `LegStart` and return a `LegResult`; the iteration flow then evaluates the pair on
-validation itself (the same rollout after either leg), so a leg reports only what it decided and what it spent.
+ends with. Both take a `LegStart` and return a `LegResult`; the engine (`whale_core.ascent.engine`, the one caller of
+`Leg.run`) then evaluates the pair on validation itself (the same rollout after either leg), so a leg reports only
+what it decided and what it spent.
 
 Contract of `Leg.run`:
 - charges every completion it generates to ``start.budget`` under its own kind, and never more than
@@ -39,6 +40,7 @@ class LegStart:
     budget: Budget
     leg_id: int | None = None  # the leg's archive row (its candidates and checkpoint name it), if any
     as_of: datetime | None = None  # a resumed or rerun leg reads only records older than its first attempt
+    revisit: tuple[HarnessRef, ...] = ()  # harnesses a harness leg scores as candidates besides its proposals
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,8 @@ Two schedulers read the same history (one `LegOutcome` per finished leg):
   exponentially smoothed curve within a ``patience`` window of that phase — or, on the harness leg, until
   ``harness_patience`` consecutive harness legs accepted no candidate; ``max_phase`` caps a phase either way.
 
-Two rules end or redirect a run whatever the scheduler says (both pure functions of the history and the budget, so
-a resumed run decides the same): `no_progress` — ``stop_patience`` legs in a row without a val gain, once every leg
-kind the mode runs is among them (the stop of a run that may spend its whole budget, ``iterations: null``) — and
-`budget_redirect` — a harness leg whose share cap is spent becomes a weights leg while the weights budget lasts.
+The stop conditions and the budget redirect that may overrule a scheduler live with the decider that applies them
+(`whale_core.ascent.decider`).
 
 Modes restrict the legs: ``weights-only`` always trains, ``harness-only`` always searches; ``prompt-weights`` and the
 ``whale-*`` modes alternate. Every decision carries a human-readable reason that the archive and MLflow record.
@@ -21,11 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from whale_core.legs.leg import LegKind
+from whale_core.proposers.base import PROMPT_ONLY
 
 
 class PhaseConfig(BaseModel):
@@ -58,12 +57,17 @@ class ScheduleConfig(BaseModel):
         1, ge=1, le=50, description="adaptive: consecutive harness legs with no accepted candidate before a switch"
     )
     max_phase: int = Field(6, ge=1, le=1000, description="adaptive: longest phase in legs, whatever the metric does")
+    continue_from: Literal["last", "best"] = Field(
+        "last",
+        description="what each leg starts from: last = the pair the previous leg ended with | best = the best pair "
+        "by val score the run has visited (a regressed weights leg is then not built on)",
+    )
     stop_patience: int | None = Field(
         None,
         ge=1,
         le=100,
-        description="stop the run after this many legs in a row without a val gain beyond min_delta, once every "
-        "leg kind the mode runs is among them (recorded as a stop decision); null = never stop early",
+        description="stop the run once every leg kind the mode runs has had this many legs of its own in a row "
+        "without a val gain beyond min_delta (recorded as a stop decision); null = never stop early",
     )
 
 
@@ -202,6 +206,12 @@ def make_scheduler(mode: str, cfg: ScheduleConfig) -> Scheduler:
     )
 
 
+def mode_restriction(mode: str) -> frozenset[str] | None:
+    """The harness fields a mode's harness leg may change: only the instruction in ``prompt-weights`` (the
+    prompt+weights baseline), any (None) otherwise."""
+    return PROMPT_ONLY if mode == "prompt-weights" else None
+
+
 def mode_legs(mode: str) -> frozenset[LegKind]:
     """The leg kinds a run mode runs."""
     if mode == "weights-only":
@@ -209,42 +219,3 @@ def mode_legs(mode: str) -> frozenset[LegKind]:
     if mode == "harness-only":
         return frozenset({"harness"})
     return frozenset({"weights", "harness"})
-
-
-def no_progress(
-    history: Sequence[LegOutcome], mode: str, patience: int, min_delta: float, initial: float
-) -> str | None:
-    """Why the run should stop for lack of progress, or None: the last ``patience`` (or more) legs did not raise the
-    best val score seen before them (``initial`` counts) by more than ``min_delta``, and every leg kind ``mode`` runs
-    is among those legs (so an alternating run is never stopped before its other leg had its turn)."""
-    best, trailing = initial, list[LegOutcome]()
-    for o in history:
-        if o.metric > best + min_delta:
-            best, trailing = o.metric, []
-        else:
-            trailing.append(o)
-    since = len(trailing)
-    kinds = {o.leg for o in trailing}
-    if since < patience or not mode_legs(mode) <= kinds:
-        return None
-    counts = ", ".join(f"{k} x{sum(o.leg == k for o in trailing)}" for k in sorted(kinds))
-    return (
-        f"no progress: best val {best:.4f} not beaten by more than {min_delta} in the last {since} legs ({counts}; "
-        f"stop_patience {patience})"
-    )
-
-
-def budget_redirect(
-    decision: Decision, mode: str, harness_left: int, weights_left: int, harness_min: int = 1
-) -> Decision:
-    """A harness leg when the harness budget (its share cap) is spent — fewer than ``harness_min`` completions left,
-    what scoring the incumbent takes — but weights completions remain becomes a weights leg in a mode that trains;
-    anything else is returned unchanged."""
-    if decision.leg == "harness" and harness_left < harness_min and weights_left > 0 and "weights" in mode_legs(mode):
-        return Decision(
-            "weights",
-            f"harness budget spent (share cap), {weights_left} weights completions left: weights leg instead "
-            f"({decision.reason})",
-            switched=decision.switched,
-        )
-    return decision

@@ -15,7 +15,7 @@ from whale_core.harness import Harness
 from whale_core.legs.budget import Budget
 from whale_core.suites.base import Problem, Suite
 
-__all__ = ["BudgetStop", "RollMany", "ScoreBlock", "Scorer", "score_block", "validation_order"]
+__all__ = ["BudgetStop", "RollMany", "ScoreBlock", "Scorer", "problems_of", "score_block", "validation_order"]
 
 
 @dataclass
@@ -83,7 +83,7 @@ class Scorer:
             self.traces.setdefault(h.sha, []).extend(block.traces)
             self.completions += block.completions
             if self.budget is not None:
-                self.budget.charge("harness", min(block.completions, self.budget.remaining("harness")))
+                self.budget.charge_up_to("harness", block.completions)
 
     def score(self, harness: Harness, n: int) -> list[float]:
         self.ensure([harness], n)
@@ -99,6 +99,16 @@ def validation_order(suite: Suite, seed: int) -> list[Problem]:
     problems = list(suite.problems("val"))
     random.Random(f"val-order-{seed}").shuffle(problems)
     return problems
+
+
+def problems_of(suite: Suite, split: str, n: int, seed: int) -> list[Problem]:
+    """The first ``n`` problems of a split: val in the run's seeded order (`validation_order`: nested subsets),
+    train and test as listed."""
+    if split == "val":
+        return validation_order(suite, seed)[:n]
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be train, val or test (got {split!r})")
+    return list(suite.problems(split))[:n]  # type: ignore[arg-type]
 
 
 class BudgetStop(Exception):

@@ -386,8 +386,8 @@ class WeightsLeg:
     """The weights leg as a `whale_core.legs.leg.Leg`: GRPO from the start policy against the start harness (kept).
 
     ``base``: the untrained policy (LoRA checkpoints apply to it); ``suite``: a suite object (its train split);
-    ``cfg``: the ``weights:`` section, whose ``seed`` is the run's seed (the leg trains with
-    `whale_core.seeds.weights_leg_seed` of it and the iteration); ``out_dir``: this leg's directory (a second call
+    ``cfg``: the ``weights:`` section with the leg's own GRPO seed (in a run, `whale_core.seeds.weights_leg_seed` of
+    the run's seed and the iteration: the engine sets it); ``out_dir``: this leg's directory (a second call
     with the same one resumes or returns the finished leg, see `train_weights_leg`); ``population``: the mitigation's
     extra harnesses; ``reserve``: completions of the weights budget kept back for the evaluation that follows (the
     leg trains on at most ``budget.remaining("weights") - reserve``); ``recorder``: where the checkpoint is recorded
@@ -422,14 +422,13 @@ class WeightsLeg:
         if cap <= 0:
             return LegResult("weights", start.policy, start.harness, 0)
         out = self.train(start.policy, start.harness, cap) if self.train else self._train_here(start, cap)
-        bud.charge("weights", min(out.completions, bud.remaining("weights")))
+        bud.charge_up_to("weights", out.completions)
         if self.recorder is not None:
             self.recorder.checkpoint(out.checkpoint, start.harness, start.metric, out.steps)
         return LegResult("weights", out.policy, start.harness, out.completions, metrics=reward_stats(out.steps))
 
     def _train_here(self, start: LegStart, cap: int) -> WeightsOutcome:
-        cfg = self.cfg.model_copy(update={"seed": seeds.weights_leg_seed(self.cfg.seed, start.iteration)})
         return train_pair(
-            self.base, start.policy, start.harness, self.suite, cfg,
+            self.base, start.policy, start.harness, self.suite, self.cfg,
             out_dir=self.out_dir, max_completions=cap, population=self.population,
         )  # fmt: skip

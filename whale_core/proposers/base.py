@@ -21,6 +21,7 @@ from whale_core.harness import Harness, HarnessError
 
 __all__ = [
     "FORMAT_REFERENCE",
+    "PROMPT_ONLY",
     "ArchiveEntry",
     "FailingTrace",
     "Proposal",
@@ -115,6 +116,7 @@ class ProposalContext:
     ``archive`` holds the top-N harnesses by score under the *current* policy plus recent rejections with their
     reasons. ``restrict_to`` limits which top-level fields may change (``{"instruction"}`` in prompt-weights mode);
     None means any field may change. ``format_reference`` is the harness format doc shown to LLM proposers.
+    ``origin`` is the run's seed harness text (None when the incumbent is the seed).
     """
 
     suite_description: str
@@ -125,6 +127,7 @@ class ProposalContext:
     restrict_to: frozenset[str] | None = None
     seed: int = 0
     iteration: int = 0
+    origin: str | None = None  # the run's seed harness text, when it is not the incumbent (undo moves go back to it)
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,7 @@ class Proposal:
     reason: str | None
     proposer: str
     usage: dict[str, float] = field(default_factory=lambda: empty_usage())
+    parent: str | None = None  # the harness it was derived from, when the proposer says (else the incumbent)
 
     @property
     def sha(self) -> str | None:
@@ -178,6 +182,7 @@ def changed_fields(old: Harness, new: Harness) -> list[str]:
 
 
 _MISSING = object()
+PROMPT_ONLY: frozenset[str] = frozenset({"instruction"})  # what prompt-weights mode lets a candidate change
 
 
 def check_candidate(
@@ -210,7 +215,7 @@ def check_candidate(
         outside = [path for path in changed if path.split(".")[0] not in restrict_to]
         if outside:
             allowed = ", ".join(repr(f) for f in sorted(restrict_to))
-            mode = "prompt-weights mode" if restrict_to == frozenset({"instruction"}) else "restricted mode"
+            mode = "prompt-weights mode" if restrict_to == PROMPT_ONLY else "restricted mode"
             reason = f"{mode}: only {allowed} may change; changed: {', '.join(outside)}"
             return Proposal(text=text, harness=None, status="rejected", reason=reason, proposer=proposer)
     return Proposal(text=harness.text, harness=harness, status="valid", reason=None, proposer=proposer)

@@ -14,7 +14,12 @@ incumbent). The operators are generic — none knows gold answers or any particu
 - ``inference``: samples in {1, 3, 5} with majority vote (raising samples under greedy decoding also sets a small
   temperature, since identical greedy samples cannot vote);
 - ``parse``: add/remove ``strip``, ``first_line`` and ``int`` steps (``int`` never with reverse/pad: it would drop
-  significant zeros).
+  significant zeros);
+- ``undo``: put one field back to the run's seed harness (``context.origin``): a decoding, few-shot or inference
+  setting, the instruction, the template, a parse step the seed does not have (removed) or the whole parse pipeline,
+  or the answer encoding (with the instruction sentence and parse steps that go with it). Only offered when the
+  incumbent is not the seed; in prompt-weights mode only the instruction. A harness's score belongs to (harness,
+  policy): under new weights, going back may be the best move.
 
 Every emitted candidate passes `check_candidate` and has a sha distinct from the incumbent, from every archive
 entry and from the other candidates. With ``restrict_to`` (prompt-weights mode) only operators whose fields lie
@@ -24,6 +29,7 @@ shas): the RNG is seeded from a sha256 of those, never from Python's salted ``ha
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import random
 import re
@@ -153,6 +159,14 @@ def op_answer_encoding(spec: Spec, rng: random.Random, wording: str = "default")
         answer["pad"] = rng.choice([p for p in (0, 4, 6, 8) if p != answer["pad"]])
     else:
         answer["sep"] = rng.choice([s for s in ("", " ", ",") if s != old_sep])
+    _follow_encoding(spec, old_sep, wording)
+    return True
+
+
+def _follow_encoding(spec: Spec, old_sep: str, wording: str) -> None:
+    """After ``spec["answer"]`` changed (its separator was ``old_sep``): the instruction, parse steps and
+    ``max_new_tokens`` that go with the new encoding."""
+    answer = spec["answer"]
     # the instruction describes the new encoding: drop sentences that described an encoding, add the new one
     kept = [s for s in _sentences(spec.get("instruction", "")) if not _FORMAT_SENTENCE.search(s)]
     described = describe_encoding(answer["reverse"], answer["pad"], answer["sep"], wording)
@@ -170,7 +184,6 @@ def op_answer_encoding(spec: Spec, rng: random.Random, wording: str = "default")
         decoding["max_new_tokens"] = min(128, decoding["max_new_tokens"] * 2)
     need = answer["pad"] * (2 if answer["sep"] else 1) + 2
     decoding["max_new_tokens"] = max(decoding["max_new_tokens"], min(128, need))
-    return True
 
 
 def op_fewshot(spec: Spec, rng: random.Random) -> bool:
@@ -224,6 +237,59 @@ def op_parse(spec: Spec, rng: random.Random) -> bool:
     return True
 
 
+def _undo_moves(spec: Spec, origin: Spec, restrict: frozenset[str] | None) -> list[tuple[str, Any]]:
+    """The single steps that bring ``spec`` one field closer to ``origin``, in a fixed order."""
+    moves: list[tuple[str, Any]] = []
+    framing = ("template", "messages")
+    for top in sorted(set(spec) | set(origin)):
+        if top in ("whale_harness", "name") or spec.get(top) == origin.get(top):
+            continue
+        if restrict is not None and top not in restrict:
+            continue
+        mine, theirs = spec.get(top), origin.get(top)
+        if top in framing:
+            moves.append(("framing", None))
+        elif top == "answer":
+            moves.append(("answer", None))
+        elif isinstance(mine, dict) and isinstance(theirs, dict):
+            moves += [(top, k) for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
+        elif top == "parse" and isinstance(mine, list) and isinstance(theirs, list):
+            moves += [("parse-drop", i) for i, step in enumerate(mine) if step not in theirs]
+            moves.append(("parse", None))
+        else:
+            moves.append((top, None))
+    return list(dict.fromkeys(moves))
+
+
+def op_undo(spec: Spec, rng: random.Random, origin: Spec, restrict: frozenset[str] | None, wording: str) -> bool:
+    """Put one field of ``spec`` back to ``origin``'s value (see `_undo_moves`); False when they agree."""
+    moves = _undo_moves(spec, origin, restrict)
+    if not moves:
+        return False
+    what, key = rng.choice(moves)
+    if what == "framing":
+        for f in ("template", "messages"):
+            spec.pop(f, None)
+            if f in origin:
+                spec[f] = copy.deepcopy(origin[f])
+    elif what == "answer":
+        old_sep = spec.get("answer", {}).get("sep", "")
+        spec["answer"] = copy.deepcopy(origin["answer"])
+        _follow_encoding(spec, old_sep, wording)
+    elif what == "parse-drop":
+        spec["parse"].pop(int(key))
+    elif key is None:
+        if what in origin:
+            spec[what] = copy.deepcopy(origin[what])
+        else:
+            spec.pop(what, None)
+    elif key in origin[what]:
+        spec[what][key] = copy.deepcopy(origin[what][key])
+    else:
+        spec[what].pop(key, None)
+    return True
+
+
 # name -> (operator, top-level fields it may touch)
 OPERATORS: dict[str, tuple[Operator, frozenset[str]]] = {
     "instruction": (op_instruction, frozenset({"instruction"})),
@@ -235,6 +301,7 @@ OPERATORS: dict[str, tuple[Operator, frozenset[str]]] = {
 }
 # relative weights: the instruction and the answer encoding are where the headroom usually is
 _WEIGHTS = {"instruction": 3, "answer_encoding": 3, "fewshot": 2, "decoding": 1, "inference": 1, "parse": 1}
+UNDO_WEIGHT = 2  # ``undo`` (`op_undo`): offered only when the incumbent is not the run's seed harness
 
 
 class MutateProposer:
@@ -260,7 +327,11 @@ class MutateProposer:
         extra = f", wording={self.wording!r}" if self.wording != "default" else ""
         return f"MutateProposer(seed={self.seed}, max_ops={self.max_ops}{extra})"
 
-    def _apply(self, name: str, spec: Spec, rng: random.Random) -> bool:
+    def _apply(self, name: str, spec: Spec, rng: random.Random, context: ProposalContext | None = None) -> bool:
+        if name == "undo":
+            assert context is not None and context.origin is not None
+            origin = yaml.safe_load(context.origin)
+            return op_undo(spec, rng, origin, context.restrict_to, self.wording)
         op = OPERATORS[name][0]
         if name in ("instruction", "answer_encoding"):  # the operators that write encoding sentences
             return bool(op(spec, rng, self.wording))  # type: ignore[call-arg]
@@ -303,6 +374,9 @@ class MutateProposer:
             for name, (_, fields) in OPERATORS.items()
             if context.restrict_to is None or fields <= context.restrict_to
         ]
+        weights = [_WEIGHTS[n] for n in allowed]
+        if context.origin is not None:
+            allowed, weights = [*allowed, "undo"], [*weights, UNDO_WEIGHT]
         if not allowed or k <= 0:
             return []
         seen = {context.incumbent.sha, incumbent.sha} | {entry.sha for entry in context.archive}
@@ -313,8 +387,8 @@ class MutateProposer:
             parent = parents[0] if len(parents) == 1 or rng.random() < 0.7 else rng.choice(parents[1:])
             spec = yaml.safe_load(parent.text)
             n_ops = rng.randint(1, self.max_ops)
-            names = rng.choices(allowed, weights=[_WEIGHTS[n] for n in allowed], k=n_ops)
-            if not any([self._apply(name, spec, rng) for name in names]):
+            names = rng.choices(allowed, weights=weights, k=n_ops)
+            if not any([self._apply(name, spec, rng, context) for name in names]):
                 continue
             text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
             proposal = check_candidate(text, incumbent, context.restrict_to, proposer=self.name, parent=parent.sha)

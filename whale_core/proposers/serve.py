@@ -31,19 +31,18 @@ import atexit
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from whale_core.env import whale_home
 from whale_core.errors import WhaleError
+from whale_core.process import ServerProcess, free_port
 
 __all__ = ["LocalServer", "ProposerServerError", "ServedModel", "resolve_served_model", "serve", "stop_all"]
 
@@ -124,8 +123,12 @@ def _has_chat_template(path: Path) -> bool:
 
 
 @dataclass
-class LocalServer:
-    """A `transformers serve` process this process started for one model directory."""
+class LocalServer(ServerProcess):
+    """A `transformers serve` process this process started for one model directory; its lifecycle (wait, stop) is
+    `whale_core.process.ServerProcess`'s."""
+
+    timeout_key: ClassVar[str] = "search.served.start_timeout"
+    error: ClassVar[type[Exception]] = ProposerServerError
 
     model_dir: Path
     process: subprocess.Popen[bytes]
@@ -145,66 +148,14 @@ class LocalServer:
         """The model name requests must carry: the served path itself."""
         return str(self.model_dir)
 
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def wait(self, timeout: float) -> float:
-        """Block until ``/health`` answers 200; returns seconds since spawn. Raises `ProposerServerError` quoting the
-        log's tail (and stops the process) if it exits or ``timeout`` passes first."""
-        if self.ready_seconds is not None:
-            return self.ready_seconds
-        deadline = time.monotonic() + timeout
-        while True:
-            code = self.process.poll()
-            if code is not None:
-                raise ProposerServerError(
-                    f"the proposer's model server for {self.model_dir} exited with code {code} before it "
-                    f"answered{self._tail()}"
-                )
-            with (
-                contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError, OSError),
-                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as response,
-            ):
-                if response.status == 200:
-                    self.ready_seconds = time.perf_counter() - self.started_at
-                    return self.ready_seconds
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ProposerServerError(
-                    f"the proposer's model server for {self.model_dir} did not answer within {timeout:.0f} s "
-                    f"(search.served.start_timeout){self._tail()}"
-                )
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        """Terminate the server (SIGTERM, then SIGKILL after 5 s). Idempotent."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def _tail(self, chars: int = 2000) -> str:
-        try:
-            with self.log_path.open("rb") as f:
-                f.seek(self.log_offset)
-                text = f.read().decode(errors="replace")[-chars:]
-        except OSError:
-            return ""
-        return f"; its log {self.log_path} ends:\n{text}" if text.strip() else f" (its log {self.log_path} is empty)"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    @property
+    def what(self) -> str:
+        return f"the proposer's model server for {self.model_dir}"
 
 
 def _spawn(model_dir: Path, device: str, log_path: Path) -> LocalServer:
     """Start the process (runs on `_SPAWNER`'s thread)."""
-    port = _free_port()
+    port = free_port()
     args = [sys.executable, "-c", _LAUNCHER, str(os.getpid()), "serve", str(model_dir)]
     args += ["--host", "127.0.0.1", "--port", str(port), "--device", device, "--log-level", "warning"]
     env = dict(os.environ)

@@ -59,7 +59,7 @@ def _valid(path: Path) -> bool:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as con:
             if con.execute("PRAGMA quick_check").fetchone() != ("ok",):
                 return False
-            return con.execute("SELECT count(*) FROM alembic_version").fetchone()[0] == 1
+            return bool(con.execute("SELECT count(*) FROM alembic_version").fetchone()[0] == 1)
     except sqlite3.Error:
         return False
 

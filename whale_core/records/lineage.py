@@ -38,7 +38,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -212,20 +212,14 @@ class Lineage:
 
     def _search_runs(self, match: Mapping[str, str], max_results: int | None = None) -> list[Any]:
         filt = " and ".join(f"tags.`{k}` = {_q(v, k)}" for k, v in match.items())
-        out: list[Any] = []
-        token = None
-        while True:
-            page = self.client.search_runs(
-                [self.experiment_id],
-                filter_string=filt,
-                max_results=max_results or 1000,
-                order_by=["attributes.start_time ASC"],
-                page_token=token,
-            )
-            out.extend(page)
-            token = page.token
-            if not token or (max_results and len(out) >= max_results):
-                return out
+
+        def page(token: str | None) -> Any:
+            return self.client.search_runs(
+                [self.experiment_id], filter_string=filt, max_results=max_results or 1000,
+                order_by=["attributes.start_time ASC"], page_token=token,
+            )  # fmt: skip
+
+        return _all_pages(page, max_results)
 
     def _set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
         from mlflow.entities import RunTag
@@ -278,6 +272,10 @@ class Lineage:
     def has_metric(self, run_id: str, key: str, step: int) -> bool:
         """Whether ``run_id`` holds a value of ``key`` at ``step`` (a resumed run logs a point once)."""
         return any(m.step == step for m in self.client.get_metric_history(run_id, key))
+
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        """One tag on a run (e.g. the link to the orchestrator's record of it)."""
+        self.client.set_tag(run_id, key, value)
 
     def end(self, run_id: str, status: str = "FINISHED") -> None:
         """Close a run: ``FINISHED``, ``FAILED`` or ``KILLED``."""
@@ -478,20 +476,14 @@ class Lineage:
 
     def _search_models(self, match: Mapping[str, str], max_results: int | None = None) -> list[Any]:
         filt = " AND ".join(f"tags.`{k}` = {_q(v, k)}" for k, v in match.items())
-        out: list[Any] = []
-        token = None
-        while True:
-            page = self.client.search_logged_models(
-                [self.experiment_id],
-                filter_string=filt,
-                max_results=max_results or 100,
-                order_by=[{"field_name": "creation_time", "ascending": True}],
-                page_token=token,
-            )
-            out.extend(page)
-            token = page.token
-            if not token or (max_results and len(out) >= max_results):
-                return out
+
+        def page(token: str | None) -> Any:
+            return self.client.search_logged_models(
+                [self.experiment_id], filter_string=filt, max_results=max_results or 100,
+                order_by=[{"field_name": "creation_time", "ascending": True}], page_token=token,
+            )  # fmt: skip
+
+        return _all_pages(page, max_results)
 
     # ------------------------------------------------------------------------------------------------- read side
     def runs_of(self, whale_run_id: str) -> list[Any]:
@@ -501,6 +493,19 @@ class Lineage:
     def checkpoints_of(self, whale_run_id: str) -> list[Any]:
         """The checkpoints (``mlflow.entities.LoggedModel``, with ``.tags``) of a WHALE run, oldest first."""
         return self._search_models({"whale.run_id": whale_run_id})
+
+
+def _all_pages(page: Callable[[str | None], Any], max_results: int | None) -> list[Any]:
+    """Every item of a paged MLflow search (``page(token)`` returns a list with a ``.token`` for the next page),
+    stopping early once ``max_results`` are in."""
+    out: list[Any] = []
+    token = None
+    while True:
+        got = page(token)
+        out.extend(got)
+        token = got.token
+        if not token or (max_results and len(out) >= max_results):
+            return out
 
 
 def _model_name(checkpoint_id: str) -> str:

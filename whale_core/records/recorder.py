@@ -5,13 +5,15 @@ against, a harness leg's incumbent and its candidates with status, score and rea
 report — and it writes the archive rows and the MLflow records (artifacts, tags, metrics, the Logged Model) that
 mirror them; nothing is read back from the archive or hashed again to be copied.
 
-Modes:
-- ``replay``: a resumed run re-executes a leg the archive already holds as *done* (its tasks come back ``Cached``):
-  the recorder's `archive` is `Archive.read_only_view` (every write returns `SKIPPED`) and the MLflow mirror writes
-  nothing, so no record is stored twice.
-- ``idempotent_decisions``: `decide` stores a decision only when the run does not hold that very decision yet
-  (`Archive.ensure_decision`): an iteration a killed run had started is taken again from its start on resume.
-- without a `Lineage` (``whale search``), the MLflow mirror is off.
+One mode, ``replay``: a resumed run re-executes a leg the archive already holds as *done* (its calls come back
+cached); its recorder (`Recorder.for_leg`) reads through `Archive.read_only_view` (every write returns `SKIPPED`) and
+mirrors into `whale_core.records.no_lineage.NoLineage`, so no record is stored twice. Apart from that, every decision
+is stored only when the run does not hold that very decision yet (`Archive.ensure_decision`): an iteration a killed
+run had started is taken again from its start on resume. Without a `Lineage` (``whale search``, ``whale train``)
+the mirror is a `NoLineage`.
+
+Nothing else writes a run's records: the engine (`whale_core.ascent`) and the legs call the methods here
+(`tests/test_architecture.py` checks that no other module calls an archive or lineage write).
 
 MLflow steps (see `whale_core.records.lineage`): a per-leg metric of iteration ``i`` is logged at step ``i + 1``
 (`leg_step`), the initial evaluation at step 0 (`run_start`); GRPO's per-step metrics at the global GRPO step.
@@ -26,11 +28,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from whale_core.records.archive import Archive
+from whale_core.records.archive import Archive, LegRecord
+from whale_core.records.archive.tables import CandidateStatus, LegKind, RunStatus
 from whale_core.records.lineage import Lineage
+from whale_core.records.no_lineage import NoLineage
 from whale_core.records.refs import HarnessRef
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from whale_core.harness import Harness
+
+Mirror = Lineage | NoLineage
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,41 @@ def suite_splits(suite: Mapping[str, Any], seed: int, val_n: int, test_n: int) -
     }
 
 
+def create_run(archive: Archive, run_id: str, mode: str, config: Mapping[str, Any]) -> bool:
+    """The archive row of a new run, before anything runs (so ``whale resume`` finds it); False when ``run_id``
+    exists already (nothing is written then)."""
+    try:
+        archive.get_run(run_id)
+    except LookupError:
+        archive.create_run(run_id, mode, dict(config), run_id=run_id)
+        return True
+    return False
+
+
+def record_comparison(
+    lineage: Lineage,
+    compare_id: str,
+    params: Mapping[str, Any],
+    paths: Mapping[str, Path],
+    metrics: Mapping[str, float],
+    existing: str | None,
+) -> str:
+    """A ``whale compare``'s own MLflow run (re-attached by ``existing`` id or tag): its config as params, its
+    figures (``*.png`` of ``paths``) and ``report.md`` as artifacts under ``compare/``, its per-mode metrics.
+    Returns the MLflow run id."""
+    run = lineage.ensure_run(
+        f"compare:{compare_id}", f"compare-{compare_id}", params,
+        tags={"whale.kind": "compare", "whale.compare": compare_id}, existing_mlflow_run_id=existing,
+    )  # fmt: skip
+    for name, path in paths.items():
+        if name.endswith(".png"):
+            lineage.log_figure(run, path, f"compare/{name}")
+    lineage.log_text(run, paths["report.md"].read_text(), "compare/report.md")
+    lineage.log_metrics(run, metrics)
+    lineage.end(run)
+    return run
+
+
 def leg_step(iteration: int) -> int:
     """The MLflow step of iteration ``iteration``'s per-leg metrics: the number of legs done after it (step 0 is the
     initial evaluation)."""
@@ -64,46 +110,157 @@ def leg_step(iteration: int) -> int:
 
 class Recorder:
     """Writes one run's records (see the module docstring). ``mlflow_run``: the MLflow run a leg's records go to (the
-    leg's child run); ``mlflow_parent``: the run's own MLflow run."""
+    leg's child run); ``mlflow_parent``: the run's own MLflow run; ``leg_id``: the archive row of the leg being
+    recorded (`start_leg`)."""
 
     def __init__(
         self,
         archive: Archive,
-        lineage: Lineage | None = None,
+        lineage: Mirror | None = None,
         *,
         run_id: str,
         mlflow_parent: str | None = None,
         mlflow_run: str | None = None,
         replay: bool = False,
-        idempotent_decisions: bool = False,
         splits: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
+        self.store = archive  # the archive itself (a replayed leg's recorder still reads and closes through it)
         self.archive = archive.read_only_view() if replay else archive
-        self.lineage = lineage
+        self.lineage: Mirror = lineage if lineage is not None else NoLineage()
         self.run_id = run_id
         self.mlflow_parent = mlflow_parent
         self.mlflow_run = mlflow_run
         self.replay = replay
-        self.idempotent_decisions = idempotent_decisions
         self.splits = dict(splits or {})
+        self.leg_id: int | None = None
         self._new_model: str | None = None  # the Logged Model this leg's checkpoint became
+
+    @classmethod
+    def open(
+        cls,
+        archive: Archive,
+        lineage: Mirror,
+        *,
+        run_id: str,
+        mode: str,
+        config: Mapping[str, Any],
+        params: Mapping[str, Any],
+        tags: Mapping[str, str],
+        splits: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> Recorder:
+        """The recorder of run ``run_id``: its archive row (created when missing) and its MLflow parent run
+        (re-attached, or created and its id stored in the row)."""
+        try:
+            run = archive.get_run(run_id)
+        except LookupError:
+            run = archive.create_run(run_id, mode, dict(config), run_id=run_id)
+        parent = lineage.ensure_run(run_id, run_id, params, tags=tags, existing_mlflow_run_id=run.mlflow_run_id)
+        if parent and run.mlflow_run_id != parent:
+            archive.update_run(run_id, mlflow_run_id=parent)
+        return cls(archive, lineage, run_id=run_id, mlflow_parent=parent or None, splits=splits)
+
+    def for_leg(self, *, replay: bool) -> Recorder:
+        """A recorder for one leg of this run (``replay``: the archive already holds it as done)."""
+        return Recorder(
+            self.store, self.lineage, run_id=self.run_id, mlflow_parent=self.mlflow_parent, replay=replay,
+            splits=self.splits,
+        )  # fmt: skip
 
     def _dataset(self, run_id: str, split: str) -> Any:
         """The MLflow dataset of a suite split, listed as ``run_id``'s input (None without split descriptions)."""
-        if self.lineage is None or split not in self.splits:
+        if split not in self.splits:
             return None
         return self.lineage.log_split(run_id, self.splits[split])
 
     @property
-    def _mirror(self) -> Lineage | None:
-        return None if self.replay else self.lineage
+    def _mirror(self) -> Mirror:
+        return NoLineage() if self.replay else self.lineage
 
-    # -- archive
+    # -- the run
+    def run_status(self, status: RunStatus) -> None:
+        """The run's archive status: ``running``, ``finished`` or ``failed``."""
+        self.archive.update_run(self.run_id, status=status)
+
+    def link_run(self, url: str | None) -> None:
+        """Link the run's MLflow run to the orchestrator's record of it (``whale.prefect_flow_run``)."""
+        if url and self.mlflow_parent:
+            self.lineage.set_tag(self.mlflow_parent, "whale.prefect_flow_run", url)
+
+    def end_run(self, status: str = "FINISHED") -> None:
+        """Close the run's MLflow run."""
+        if self.mlflow_parent:
+            self.lineage.end(self.mlflow_parent, status)
+
     def decide(self, iteration: int, kind: str, reason: str, payload: Mapping[str, Any] | None = None) -> Any:
-        """Record a decision (``continue``/``switch``, ``accept``/``reject``, ``proposer-unavailable``, ...)."""
-        if self.idempotent_decisions:
-            return self.archive.ensure_decision(self.run_id, iteration, kind, reason, payload)
-        return self.archive.add_decision(self.run_id, iteration, kind, reason, payload)
+        """Record a decision (``continue``/``switch``, ``accept``/``reject``, ``stop``, ``proposer-unavailable``,
+        ...), once: the same decision of the same iteration is not stored again."""
+        return self.archive.ensure_decision(self.run_id, iteration, kind, reason, payload)
+
+    # -- a leg
+    def close_attempts(self, iteration: int, kind: str, *, refresh: bool, generation: int) -> datetime | None:
+        """Mark this iteration's earlier attempts of the leg as history (left out of the report's tables): one still
+        ``running`` died with its process, one ``done`` is superseded by a rerun. Returns when the first began."""
+        earlier = [leg for leg in self.store.legs(self.run_id) if leg.iteration == iteration and leg.kind == kind]
+        for stale in earlier:
+            if stale.status == "running":  # its process died (a resumed run): this attempt takes over
+                self.archive.end_attempt(stale.id, "interrupted", "its process ended before the leg finished")
+            elif refresh and stale.status == "done":
+                self.archive.end_attempt(stale.id, "superseded", f"recomputed by whale rerun (generation {generation})")
+        return min((leg.started for leg in earlier), default=None)
+
+    def start_leg(
+        self, iteration: int, kind: LegKind, *, harness_in: str, checkpoint_in: str, done: LegRecord | None,
+        link: str | None,
+    ) -> LegRecord:  # fmt: skip
+        """The leg's archive row (``running``) and its MLflow child run (``iter-01-weights``; a replayed leg's
+        re-attached), linked to the orchestrator's record of it (``link``)."""
+        leg = self.archive.start_leg(
+            self.run_id, iteration, kind, incumbent_harness_in=harness_in, checkpoint_in=checkpoint_in
+        )
+        self.leg_id = leg.id
+        if self.mlflow_parent:
+            child = self.lineage.ensure_leg(
+                self.mlflow_parent, self.run_id, iteration, kind,
+                existing_mlflow_run_id=done.mlflow_run_id if done else None,
+            )  # fmt: skip
+            self.mlflow_run = child or None
+            if child:
+                self.archive.set_leg_mlflow_run(leg.id, child)
+                if link:
+                    self.lineage.set_tag(child, "whale.prefect_flow_run", link)
+        return leg
+
+    def leg_failed(self, error: str, budget_used: int) -> None:
+        """The leg raised: its row ``failed`` with the error, its MLflow run ``FAILED``."""
+        if self.leg_id is not None:
+            self.archive.fail_leg(self.leg_id, error, budget_used=budget_used)
+        if self.mlflow_run:
+            self.lineage.end(self.mlflow_run, "FAILED")
+
+    # -- what a harness leg writes as it goes (its archive rows; the MLflow mirror follows in `harness_leg`)
+    def harness(self, h: Harness) -> None:
+        """A harness text the leg scored or was proposed (stored once by sha)."""
+        self.archive.put_harness(h.sha, h.text, h.name, h.parent)
+
+    def candidate(
+        self, sha: str | None, parent: str | None, proposer: str, status: CandidateStatus, reason: str | None,
+        text: str | None = None,
+    ) -> int:  # fmt: skip
+        """One proposal of the leg (``proposed``, or ``rejected`` with the reason and its raw text); its row id."""
+        return int(
+            self.archive.add_candidate(
+                run_id=self.run_id, leg_id=self.leg_id, harness_sha=sha, parent_sha=parent, proposer=proposer,
+                status=status, reason=reason, text=text,
+            ).id
+        )  # fmt: skip
+
+    def candidate_status(self, candidate_id: int, status: CandidateStatus, reason: str | None) -> None:
+        """A candidate's final status (``accepted``/``lost``) with the reason."""
+        self.archive.set_candidate_status(candidate_id, status, reason)
+
+    def evaluation(self, **fields: Any) -> None:
+        """A harness's scores under a policy on a val subset (`Archive.record_evaluation`'s fields)."""
+        self.archive.record_evaluation(run_id=self.run_id, **fields)
 
     # -- archive and MLflow
     def checkpoint(
@@ -124,7 +281,7 @@ class Recorder:
             c["id"], self.run_id, c["path"], c["harness_sha"], parent_id=c["parent_id"], step=c["step"]
         )
         lineage, child = self.lineage, self.mlflow_run
-        if lineage is None or child is None:
+        if not child:
             return
         lineage.log_harness(
             child,
@@ -177,7 +334,7 @@ class Recorder:
         versions), the leaderboard table (incumbent first, then best val score first) and the leg's metrics at
         step `leg_step`."""
         lineage, child = self._mirror, self.mlflow_run
-        if lineage is None or child is None:
+        if not child:
             return
         lineage.log_harness(
             child,
@@ -216,9 +373,12 @@ class Recorder:
         metrics: Mapping[str, float],
         rollouts: int,
     ) -> None:
-        """A leg that ended: its archive row (``done`` with what it ends with and its metrics), its metrics on its
-        MLflow run (``val_score`` also on the Logged Model of the checkpoint the leg trained, measured on the val
-        split), and the run's ``val_score`` and ``rollouts`` so far on the run's MLflow run (step `leg_step`)."""
+        """A leg that ended: its MLflow run closed, its archive row (``done`` with what it ends with and its
+        metrics), its metrics on its MLflow run (``val_score`` also on the Logged Model of the checkpoint the leg
+        trained, measured on the val split), and the run's ``val_score`` and ``rollouts`` so far on the run's MLflow
+        run (step `leg_step`)."""
+        if self.mlflow_run:
+            self.lineage.end(self.mlflow_run)  # a replayed leg's re-attached run too
         if self.replay:
             return
         self.archive.finish_leg(
@@ -228,17 +388,15 @@ class Recorder:
             checkpoint_out=checkpoint_id,
             metrics=metrics,
         )
-        if self.lineage is None:
-            return
         step = leg_step(iteration)
-        if self.mlflow_run is not None:
+        if self.mlflow_run:
             rest = dict(metrics)
             if self._new_model is not None:
                 val = {"val_score": rest.pop("val_score")}
                 ds = self._dataset(self.mlflow_run, "val")
                 self.lineage.log_metrics(self.mlflow_run, val, step=step, model_id=self._new_model, dataset=ds)
             self.lineage.log_metrics(self.mlflow_run, rest, step=step)
-        if self.mlflow_parent is not None:
+        if self.mlflow_parent:
             self.lineage.log_metrics(
                 self.mlflow_parent, {"val_score": metrics["val_score"], "rollouts": float(rollouts)}, step=step
             )
@@ -247,7 +405,7 @@ class Recorder:
         """The initial evaluation on the run's MLflow run: ``val_score`` and ``rollouts`` at step 0 (once: a
         resumed run does not log it again), the val split as the run's input."""
         lineage, parent = self._mirror, self.mlflow_parent
-        if lineage is None or parent is None or lineage.has_metric(parent, "val_score", 0):
+        if not parent or lineage.has_metric(parent, "val_score", 0):
             return
         self._dataset(parent, "val")
         lineage.log_metrics(parent, {"val_score": val_score, "rollouts": float(rollouts)}, step=0)
@@ -268,7 +426,7 @@ class Recorder:
         final checkpoint's Logged Model (when the run trained one): ``test_score`` on the model (test split) and a
         registered model version with the alias ``final``."""
         lineage, parent = self.lineage, self.mlflow_parent
-        if lineage is None or parent is None:
+        if not parent:
             return
         lineage.log_figure(parent, figure_png, "metric_curve.png")
         reward_png = figure_png.parent / "reward_curve.png"  # written by the report when the run trained
@@ -301,7 +459,7 @@ class Recorder:
         lineage.register_final(parent, model_id, tags)
 
 
-def _board_row(lineage: Lineage, run_id: str, c: LoggedCandidate) -> dict[str, Any]:
+def _board_row(lineage: Mirror, run_id: str, c: LoggedCandidate) -> dict[str, Any]:
     """One leaderboard row: the candidate's sha12, status, val score, mean prompt tokens, reason and prompt URI."""
     return {
         "sha12": c.sha[:12],

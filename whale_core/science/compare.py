@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from whale_core.errors import WhaleError
+from whale_core.legs.costs import leg_costs
 from whale_core.science.compare_records import WHALE_MODES, BudgetRow, Difference, ModeStats, RunOutcome
 from whale_core.science.efficiency import efficiency_figure, efficiency_markdown
 from whale_core.science.robustness import RobustnessConfig
@@ -140,24 +141,6 @@ def variant_config(base: WhaleConfig, variant: Variant, seed: int) -> WhaleConfi
     if variant.phase is not None:
         data["schedule"]["phase"] = {"weights": variant.phase, "harness": variant.phase}
     return WhaleConfig.model_validate(data)
-
-
-def leg_costs(cfg: WhaleConfig) -> tuple[int, int]:
-    """About how many completions one weights leg and one harness leg charge, for planning (a sweep's budget check):
-    weights = GRPO steps x completions per step (+ the difficulty filter's probes) + its val evaluation; harness =
-    the incumbent on the val problems + successive halving over the candidates, every one valid (each round scores
-    the survivors up to its size, keeping ``floor(n x keep_fraction)``) + a val evaluation of a winner. Samples per
-    problem are taken as 1."""
-    w = cfg.weights
-    weights = w.steps * w.per_device_train_batch_size + cfg.rollout.val_problems
-    if w.difficulty_filter is not None:
-        weights += w.difficulty_filter.max_problems * w.difficulty_filter.samples
-    s = cfg.search
-    alive, done, harness = s.candidates, 0, cfg.rollout.val_problems
-    for n in s.rounds:
-        harness += alive * (n - done)
-        done, alive = n, max(1, math.floor(alive * s.keep_fraction + 1e-9))
-    return weights, harness + cfg.rollout.val_problems
 
 
 def check_sweep(cfg: WhaleConfig, sweep_phase: Sequence[int]) -> None:

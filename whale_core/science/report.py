@@ -27,9 +27,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TestScores:
+    """Test scores of the initial and the final pair (the best by val the run visited) and, when the last pair (the
+    one its last leg ended with) is neither, of the last; ``final_note`` says which pair is final and why."""
+
     initial: float
     final: float
     n: int
+    last: float | None = None
+    final_note: str = ""
 
 
 # Leg attempts that a later attempt of the same leg replaced: a resumed run's interrupted attempt, a rerun's
@@ -97,8 +102,14 @@ def write_report(
         "|---|---|---|---|",
         f"| initial (base model, seed harness) | {test.initial:.4f} | {test.n} | {ci_text(test.initial, test.n)} |",
         f"| final (trained model, final harness) | {test.final:.4f} | {test.n} | {ci_text(test.final, test.n)} |",
+        *(
+            [f"| last (the pair the last leg ended with) | {test.last:.4f} | {test.n} | {ci_text(test.last, test.n)} |"]
+            if test.last is not None
+            else []
+        ),
         f"| change | {test.final - test.initial:+.4f} | | |",
         "",
+        *([test.final_note, ""] if test.final_note else []),
         "## Legs",
         "",
         f"Val scores on the run's first {val_n or '?'} val problems; 95 % Wilson intervals.",
