@@ -75,7 +75,7 @@ def test_a_harness_leg_whose_share_cap_is_spent_becomes_a_weights_leg() -> None:
     assert first == Next("harness", "first leg: harness", False)
     bud.charge("harness", 600)  # 400 left of the cap: less than the 520 a harness leg needs
     nxt = _decider(cfg).next(AscentView(_legs(("harness", 0.1), ("weights", 0.2)), bud, 2, 0.1))
-    assert isinstance(nxt, Next) and nxt.leg == "weights" and "harness budget spent (400 left)" in nxt.reason
+    assert isinstance(nxt, Next) and nxt.leg == "weights" and "harness budget spent (share cap, 400 left)" in nxt.reason
     # harness-only cannot train: the budget stop ends the run instead
     only = load_config(overrides=["budget.total=10000", "budget.harness_share_cap=0.1", "mode=harness-only"])
     assert _decider(only).next(AscentView(_legs(("harness", 0.1)), bud, 1, 0.1)) == Stop("rollout budget spent")

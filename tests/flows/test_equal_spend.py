@@ -73,6 +73,6 @@ def test_a_search_without_progress_stops_on_the_no_progress_rule(tmp_path: Path,
     assert set(legs) == {"harness"} and len(legs) >= 2
     stops = [d for d in archive.decisions(summary["run_id"]) if d.kind == "stop"]
     assert len(stops) == 1 and stops[0].reason.startswith("no progress: best val"), stops
-    assert "in the last 2 legs (harness x2; stop_patience 2)" in stops[0].reason
+    assert "in the last legs of each kind (harness x2; stop_patience 2)" in stops[0].reason
     assert stops[0].iteration == len(legs)
     assert summary["budget"]["by_kind"]["harness"] < 20000 / 4  # the rule stopped it, not the budget

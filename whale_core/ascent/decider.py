@@ -141,6 +141,9 @@ class Decider:
         if not self.runnable(d.leg, view.budget):
             other: LegKind = "weights" if d.leg == "harness" else "harness"
             if other in self.kinds and self.runnable(other, view.budget):
-                left = view.budget.remaining(d.leg)
-                return Next(other, f"{d.leg} budget spent ({left} left): {other} leg instead ({d.reason})", d.switched)
+                bud = view.budget
+                left = bud.remaining(d.leg)
+                cap = d.leg == "harness" and bud.harness_share_cap is not None and left < bud.remaining("weights")
+                why = f"share cap, {left} left" if cap else f"{left} left"
+                return Next(other, f"{d.leg} budget spent ({why}): {other} leg instead ({d.reason})", d.switched)
         return Next(d.leg, d.reason, d.switched)
