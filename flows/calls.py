@@ -10,6 +10,7 @@ iteration's task runner (``orchestration``: more workers, or Dask).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -34,11 +35,17 @@ from whale_core.records.refs import HarnessRef, PolicyRef
 T = TypeVar("T")
 
 
+# The engine's iteration bodies, by token: a subflow runs in this process, and its parameters travel with every task
+# it submits (a Dask worker gets the flow run's context), so the body (a closure over the engine) is not one of them.
+_BODIES: dict[str, Callable[[], Any]] = {}
+
+
 @flow(name="block-ascent-iteration", validate_parameters=False)
-def block_ascent_iteration(run_id: str, iteration: int, leg: str, tags: list[str], body: Callable[[], Any]) -> Any:
-    """One block-ascent iteration: the engine's ``body`` (decide, leg, evaluate, record) as a Prefect flow run."""
+def block_ascent_iteration(run_id: str, iteration: int, leg: str, tags: list[str], body: str) -> Any:
+    """One block-ascent iteration: the engine's body (decide, leg, evaluate, record; ``body`` is its token) as a
+    Prefect flow run."""
     prefect_ui.label_flow_run(None, tags)  # the flow run's own tags: its tasks do not inherit them
-    return body()
+    return _BODIES.pop(body)()
 
 
 class PrefectCalls:
@@ -91,8 +98,13 @@ class PrefectCalls:
     def iteration(self, iteration: int, kind: LegKind, body: Callable[[], T]) -> T:
         name = f"{self.run_id}/{leg_run_name(iteration, kind)}"
         sub = block_ascent_iteration.with_options(flow_run_name=name, task_runner=task_runner(self.cfg))
-        with heartbeats():
-            return cast(T, sub(self.run_id, iteration, kind, [self.run_id, self.cfg.mode, kind], body))
+        token = uuid.uuid4().hex
+        _BODIES[token] = body
+        try:
+            with heartbeats():
+                return cast(T, sub(self.run_id, iteration, kind, [self.run_id, self.cfg.mode, kind], token))
+        finally:
+            _BODIES.pop(token, None)
 
     def leg_done(self, iteration: int, kind: LegKind, leg_id: int, policy_id: str) -> None:
         if kind == "harness":
