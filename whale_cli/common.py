@@ -158,9 +158,26 @@ def resolve_config(
 
 
 def console() -> Any:
+    """The console every command prints through. Markup is off: text that came from a proposer, a file or a user
+    (a harness name, a rejection reason, an error) prints literally — ``[/x]`` is those four characters, never a style
+    or a `MarkupError`. Styling is explicit: `styled` pieces."""
     from rich.console import Console
 
-    return Console()
+    return Console(markup=False)
+
+
+def styled(text: str, style: str) -> Any:
+    """``text`` in a rich ``style`` ("bold", "bold green", ...), literal whatever it holds (see `console`)."""
+    from rich.text import Text
+
+    return Text(text, style=style)
+
+
+def line(*parts: Any) -> Any:
+    """One printed line from plain strings and `styled` pieces, each literal."""
+    from rich.text import Text
+
+    return Text.assemble(*parts)
 
 
 def fail(msg: str) -> NoReturn:
@@ -189,7 +206,7 @@ def load_harness(path: str | Path | None, suite: Any) -> Any:
 def load_policy_with_status(model: str, device: str, adapter: str | None = None) -> Any:
     from whale_core.models.policy import load_policy
 
-    with console().status(f"loading model '{model}'…"):
+    with console().status(styled(f"loading model '{model}'…", "")):
         return load_policy(model, adapter=adapter, device=device)
 
 

@@ -9,7 +9,17 @@ from typing import Annotated, Any
 
 import typer
 
-from whale_cli.common import ConfigOpt, SetOpt, check_model, console, fail, resolve_config, start_prefect_server
+from whale_cli.common import (
+    ConfigOpt,
+    SetOpt,
+    check_model,
+    console,
+    fail,
+    line,
+    resolve_config,
+    start_prefect_server,
+    styled,
+)
 from whale_core.env import setup_offline_env
 
 
@@ -97,7 +107,7 @@ def compare_cmd(
 
     con = console()
     con.print(
-        f"[bold]whale compare[/] {cid}: modes={','.join(spec.modes)} seeds={spec.seeds} "
+        f"whale compare {cid}: modes={','.join(spec.modes)} seeds={spec.seeds} "
         f"sweep={spec.sweep_phase or '-'} budget={cfg.budget.total} model={cfg.model.name}"
     )
     t0 = time.perf_counter()
@@ -119,9 +129,9 @@ def compare_cmd(
     con.print(table)
     for o in outcomes:
         if not o.ok:
-            con.print(f"[yellow]failed[/] {o.run_id}: {o.error}")
+            con.print(line(styled("failed", "yellow"), f" {o.run_id}: {o.error}"))
     if summary.get("matrix_error"):
-        con.print(f"[yellow]robustness matrix failed:[/] {summary['matrix_error']}")
+        con.print(line(styled("robustness matrix failed:", "yellow"), f" {summary['matrix_error']}"))
     con.print(f"report: {summary['report']} ({time.perf_counter() - t0:.0f}s)")
     if not verbose:
         con.print(f"log: {log}", soft_wrap=True, highlight=False)

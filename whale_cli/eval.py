@@ -20,12 +20,14 @@ from whale_cli.common import (
     SuiteFlag,
     console,
     fail,
+    line,
     load_harness,
     load_policy_with_status,
     load_suite_from,
     progress_rollout,
     resolve_config,
     run_dir,
+    styled,
 )
 from whale_core.env import setup_offline_env
 
@@ -77,9 +79,10 @@ def eval_cmd(
     path.parent.mkdir(parents=True, exist_ok=True)
     result.write_jsonl(path)
     con = console()
-    con.print(f"harness [bold]{h.name}[/] ({h.sha[:12]}) on {cfg.suite.name}/{split}: n={result.n}")
-    con.print(
-        f"[bold green]score {result.score:.4f}[/]  ({result.completions} completions, "
-        f"{result.prompt_tokens / max(result.n, 1):.1f} prompt tokens/problem, {result.seconds:.1f}s)"
-    )
+    con.print(line("harness ", styled(h.name, "bold"), f" ({h.sha[:12]}) on {cfg.suite.name}/{split}: n={result.n}"))
+    con.print(line(
+        styled(f"score {result.score:.4f}", "bold green"),
+        f"  ({result.completions} completions, {result.prompt_tokens / max(result.n, 1):.1f} prompt tokens/problem, "
+        f"{result.seconds:.1f}s)",
+    ))  # fmt: skip
     con.print(f"traces: {path}")

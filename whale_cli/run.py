@@ -20,6 +20,7 @@ from whale_cli.common import (
     console,
     resolve_config,
     start_prefect_server,
+    styled,
 )
 from whale_core.env import setup_offline_env
 
@@ -43,7 +44,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     ):
         if a is not None and b is not None:
             label = f"{split} score (n={n})" if n else f"{split} score"
-            scores.add_row(label, f"{a:.4f}", f"[bold green]{b:.4f}[/]", f"{b - a:+.4f}")
+            scores.add_row(label, f"{a:.4f}", styled(f"{b:.4f}", "bold green"), f"{b - a:+.4f}")
     con.print(scores)
     budget = summary.get("budget") or {}
     by_kind = dict(budget.get("by_kind") or {})
@@ -113,7 +114,7 @@ def run_cmd(
 
     rid = run_id or new_run_id(cfg)
     console().print(
-        f"[bold]whale run[/] {rid}: mode={cfg.mode} model={cfg.model.name} suite={cfg.suite.name} "
+        f"whale run {rid}: mode={cfg.mode} model={cfg.model.name} suite={cfg.suite.name} "
         f"proposer={cfg.search.proposer} iterations={cfg.iterations or 'until-spent'} budget={cfg.budget.total}",
         highlight=False,
         soft_wrap=True,

@@ -20,11 +20,13 @@ from whale_cli.common import (
     SetOpt,
     SuiteFlag,
     console,
+    line,
     load_harness,
     load_suite_from,
     refuse_adapter,
     resolve_config,
     run_dir,
+    styled,
 )
 from whale_core.env import setup_offline_env
 
@@ -50,7 +52,6 @@ def search_cmd(
     Example: `whale search --model tiny --suite arith --proposer mutate -k 8`
     """
     setup_offline_env()
-    from rich.markup import escape
     from rich.table import Table
 
     from whale_cli.progress import leg_console
@@ -80,7 +81,7 @@ def search_cmd(
     s = load_suite_from(whale.suite)
     h = load_harness(whale.harness, s)
     con = console()
-    with con.status(f"loading model '{whale.model.name}'…"):
+    with con.status(styled(f"loading model '{whale.model.name}'…", "")):
         base = PolicyRef.base(whale.model.name, whale.model.device)
         load_cached(base)
     out_dir = run_dir("search")
@@ -100,7 +101,7 @@ def search_cmd(
     for row in res.leaderboard():
         table.add_row(
             "★" if row["pareto"] else "",
-            escape(str(row["name"])),
+            str(row["name"]),
             str(row["sha"])[:10],
             row["status"],
             f"{row['score']:.3f}",
@@ -111,8 +112,8 @@ def search_cmd(
     rejected = [c for c in res.candidates if c.status == "rejected"]
     for c in rejected:
         con.print(f"rejected: {c.reason}", style="dim", markup=False, highlight=False)
-    verdict = "[bold green]accepted[/]" if res.accepted else "[bold yellow]kept the incumbent[/]"
-    con.print(f"{verdict}: {escape(res.reason)}")
+    verdict = styled("accepted", "bold green") if res.accepted else styled("kept the incumbent", "bold yellow")
+    con.print(line(verdict, f": {res.reason}"))
     if res.accepted:
         (out_dir / "winner.yaml").write_text(res.incumbent_out.text)
         con.print(f"winner: {out_dir / 'winner.yaml'}", markup=False, highlight=False)

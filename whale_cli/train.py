@@ -17,11 +17,13 @@ from whale_cli.common import (
     SuiteFlag,
     ValProblemsFlag,
     console,
+    line,
     load_harness,
     load_suite_from,
     refuse_adapter,
     resolve_config,
     run_dir,
+    styled,
 )
 from whale_core.env import setup_offline_env
 
@@ -76,7 +78,7 @@ def train_cmd(
     s = load_suite_from(cfg.suite)
     h = load_harness(cfg.harness, s)
     con = console()
-    with con.status(f"loading model '{cfg.model.name}'…"):
+    with con.status(styled(f"loading model '{cfg.model.name}'…", "")):
         base = PolicyRef.base(cfg.model.name, cfg.model.device)
         load_cached(base)
     out_dir = run_dir("train")
@@ -100,10 +102,10 @@ def train_cmd(
     n = len(after.scores)
     spent = result.budget.by_kind["weights"]
     con.print(
-        f"[bold]val score {before.metric:.4f} → {after.metric:.4f}[/] ({after.metric - before.metric:+.4f}, n={n}); "
-        f"{spent} completions; checkpoint {ckpt}",
+        line(styled(f"val score {before.metric:.4f} → {after.metric:.4f}", "bold"),
+             f" ({after.metric - before.metric:+.4f}, n={n}); {spent} completions; checkpoint {ckpt}"),
         highlight=False,
-    )
+    )  # fmt: skip
     (out_dir / "summary.json").write_text(
         json.dumps(
             {

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,9 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--set", "suite.sizes={train: 200, val: 60, test: 60}", "--set", "rollout.batch_size=64"]
 
 
-def _whale(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _whale(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_TRACKING"))}
-    env.update(WHALE_HOME=str(home), PREFECT_HOME=str(home / "prefect"), COLUMNS="200")
+    env.update(WHALE_HOME=str(home), PREFECT_HOME=str(home / "prefect"), COLUMNS="200", **extra)
     return subprocess.run([sys.executable, "-m", "whale_cli", *args], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=600, check=False)  # fmt: skip
 
@@ -56,3 +57,16 @@ def test_train_runs_one_weights_leg_with_val_before_and_after(tmp_path: Path, mi
     archive = Archive(f"sqlite:///{home / 'whale.db'}")
     [ckpt] = archive.checkpoints(summary_file.parent.name)
     assert ckpt.harness_sha == summary["harness"]
+
+
+def test_search_prints_a_proposers_markup_literally(tmp_path: Path, micro_model_dir: Path, server: Any) -> None:
+    """Issue 30, item 1: a reply whose harness name holds Rich markup crashed ``whale search`` (MarkupError, rc 1) in
+    the ``rejected: ...`` line. Every console prints with markup off: the reason comes out as the proposer wrote it."""
+    evil = "whale_harness: 1\nname: '[/bold]x[red]'\ninstruction: Add.\ntemplate: '{{ a }}+{{ b }}='\n"
+    server.push(f"```yaml\n{evil}```\n", times=3)
+    res = _whale(tmp_path / "home", "search", "--model", str(micro_model_dir), "--suite", "arith", "-k", "1",
+                 "--proposer", "openai/test-model", "--api-base", server.api_base, "--set", "search.num_retries=0",
+                 "--set", "search.rounds=[16,40]", *SMALL, OPENAI_API_KEY="sk-test")  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rejected = [ln for ln in res.stdout.splitlines() if ln.startswith("rejected: ")]
+    assert rejected and "[/bold]x[red]" in rejected[0], res.stdout[-2000:]
