@@ -34,6 +34,7 @@ from whale_core.ascent.setup import engine_for, run_recorder
 from whale_core.config import WhaleConfig, upgrade_stored
 from whale_core.env import whale_home
 from whale_core.records.recorder import Recorder
+from whale_core.records.run_ids import check_run_id
 
 
 @flow(name="whale-run", flow_run_name="{run_id}", persist_result=True, validate_parameters=False)
@@ -81,7 +82,7 @@ def start_run(cfg: WhaleConfig, run_id: str | None = None) -> dict[str, Any]:
     from whale_core.records.archive import Archive, ArchiveError
     from whale_core.records.recorder import create_run
 
-    rid = run_id or new_run_id(cfg)
+    rid = check_run_id(run_id) if run_id is not None else new_run_id(cfg)
     archive = Archive(cfg.tracking.archive_url)
     if not create_run(archive, rid, cfg.mode, cfg.model_dump(mode="json")):
         raise ArchiveError(
@@ -96,7 +97,7 @@ def resume_run(run_id: str, archive_url: str | None = None) -> dict[str, Any]:
     """Continue a stopped or crashed run with its stored config; completed tasks come back ``Cached``."""
     from whale_core.records.archive import Archive
 
-    stored = Archive(archive_url).get_run(run_id)
+    stored = Archive(archive_url).get_run(check_run_id(run_id))
     # A finished run resumed is a fully cached re-run: nothing heavy to preload (see flows/startup.py).
     config = upgrade_stored(stored.config)
     prepare(WhaleConfig.model_validate(config), compute=stored.status != "finished")
@@ -110,7 +111,7 @@ def rerun_iteration(run_id: str, iteration: int, archive_url: str | None = None)
     from whale_core.records.archive import Archive, ArchiveError
 
     archive = Archive(archive_url)
-    config = upgrade_stored(archive.get_run(run_id).config)
+    config = upgrade_stored(archive.get_run(check_run_id(run_id)).config)
     ran = sorted({leg.iteration for leg in archive.legs(run_id)})
     if iteration not in ran:
         which = f"iterations {', '.join(map(str, ran))}" if ran else "no iteration yet"

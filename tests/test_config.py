@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_args
@@ -215,3 +216,30 @@ def test_a_follows_default_copies_the_resolved_key_unless_set(tmp_path: Path) ->
     bad.write_text("suite: arith\n")  # a default never papers over a section that is not a mapping
     with pytest.raises(ConfigError, match="'suite'"):
         load_config(bad, defaults={**follow, "suite.path": "x"})
+
+
+@pytest.mark.parametrize(
+    ("item", "needle"),
+    [
+        ("search.timeout=.inf", "'search.timeout': Input should be a finite number"),
+        ("search.served.timeout=inf", "'search.served.timeout': Input should be a finite number"),
+        ("weights.learning_rate=.nan", "'weights.learning_rate': Input should be a finite number"),
+        ("weights.steps=1000000000000", "'weights.steps': Input should be less than or equal to 1000000"),
+        ("budget.total=1e30", "'budget.total'"),
+        ("rollout.val_problems=99999999999", "'rollout.val_problems': Input should be less than or equal to"),
+    ],
+)
+def test_infinite_and_absurd_values_are_refused_with_the_key(item: str, needle: str) -> None:
+    """Issue 30, item 13: ``inf`` timeouts and learning rates and ``weights.steps=10**12`` were accepted."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [item])
+    assert needle in str(err.value), str(err.value)
+
+
+def test_a_config_path_that_is_a_directory_or_a_fifo_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is a directory, not a regular file"):
+        load_config(tmp_path)
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="is a FIFO, not a regular file"):
+        load_config(fifo)  # before: blocked forever opening the FIFO

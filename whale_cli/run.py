@@ -106,6 +106,10 @@ def run_cmd(
     proposer, an ephemeral Prefect server, SQLite archive and MLflow under $WHALE_HOME. Everything is resumable
     (`whale resume RUN`). Example: `whale run --set iterations=6 --set search.proposer=openai/gpt-4o-mini`
     """
+    from whale_core.records.run_ids import check_run_id
+
+    if run_id is not None:
+        check_run_id(run_id)  # before anything starts or is created
     setup_offline_env()
     start_prefect_server()  # first: it boots while the config, the flows and the preload are imported
     cfg = resolve_config(config, set_, mode=mode, model=model, suite=suite, harness=harness, seed=seed, device=device)
@@ -126,6 +130,9 @@ def resume_cmd(
     run: Annotated[str, typer.Argument(help="run id (see `whale runs`)")], verbose: VerboseOpt = False
 ) -> None:
     """Continue a stopped or crashed run: completed tasks come back Cached; MLflow runs are re-attached."""
+    from whale_core.records.run_ids import check_run_id
+
+    check_run_id(run)
     setup_offline_env()
     start_prefect_server()
     from flows.whale_run import resume_run
@@ -139,6 +146,9 @@ def rerun_cmd(
     verbose: VerboseOpt = False,
 ) -> None:
     """Recompute one iteration's leg (e.g. after a failure or a fix) and whatever depends on it; nothing else."""
+    from whale_core.records.run_ids import check_run_id
+
+    check_run_id(run)
     setup_offline_env()
     start_prefect_server()
     from flows.whale_run import rerun_iteration

@@ -36,9 +36,13 @@ from whale_core.legs.harness_leg import SearchConfig
 from whale_core.legs.schedule import ScheduleConfig
 from whale_core.legs.weights_config import WeightsConfig, upgrade_lora_keys
 from whale_core.suites import SuiteConfig
+from whale_core.user_files import read_user_file
 
 Mode = Literal["whale-adaptive", "whale-fixed", "weights-only", "harness-only", "prompt-weights"]
 MODES: tuple[str, ...] = get_args(Mode)
+
+
+MAX_CONFIG_BYTES = 1 << 20  # a config file is a page of YAML
 
 
 class ConfigError(WhaleError, ValueError):
@@ -49,7 +53,7 @@ class ModelConfig(BaseModel):
     """The policy: ``tiny`` (the built-in model; WHALE ships its weights), a named model installed with ``whale models
     install NAME`` (``whale models list``), or a local HF model directory."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(
         "tiny",
@@ -67,13 +71,18 @@ class ModelConfig(BaseModel):
 class RolloutConfig(BaseModel):
     """How evaluations run: generation batch size and the evaluation subset sizes."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     batch_size: int = Field(64, ge=1, le=4096, description="prompts per generate() call in every evaluation")
     val_problems: int = Field(
-        200, ge=1, description="val problems (the split's first N) scored after each leg; `whale train -n`"
+        200,
+        ge=1,
+        le=10_000_000,
+        description="val problems (the split's first N) scored after each leg; `whale train -n`",
     )
-    test_problems: int = Field(500, ge=1, description="test problems (the split's first N) in the final evaluation")
+    test_problems: int = Field(
+        500, ge=1, le=10_000_000, description="test problems (the split's first N) in the final evaluation"
+    )
 
 
 class OrchestrationConfig(BaseModel):
@@ -88,7 +97,7 @@ class OrchestrationConfig(BaseModel):
     one after the other. Raise it for an accelerator, where rollouts in threads can overlap (not measured here), or
     for a Dask cluster's worker processes."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     task_runner: Literal["threads", "dask"] = Field(
         "threads", description="threads: Prefect's thread pool | dask: prefect-dask (the `dask` extra)"
@@ -109,7 +118,7 @@ class OrchestrationConfig(BaseModel):
 class TrackingConfig(BaseModel):
     """Where state goes. ``None`` means the embedded default under ``$WHALE_HOME`` (SQLite, MLflow on SQLite)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     archive_url: str | None = Field(
         None, description="archive database URL (SQLAlchemy); null = $WHALE_DB_URL, else sqlite:///$WHALE_HOME/whale.db"
@@ -123,7 +132,7 @@ class TrackingConfig(BaseModel):
 class WhaleConfig(BaseModel):
     """A whole WHALE run. Every section has defaults that run on the embedded default (tiny model, ``arith``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     mode: Mode = Field(
         "whale-fixed",
@@ -282,12 +291,7 @@ def load_config(
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file not found: {p}")
-        try:
-            raw = p.read_bytes()
-        except OSError as exc:
-            raise ConfigError(f"config file {p} cannot be read: {exc.strerror or exc}") from None
+        raw = read_user_file(p, "config file", MAX_CONFIG_BYTES, ConfigError)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -68,3 +68,29 @@ def test_an_unusable_whale_db_url(tmp_path: Path, models_dir: Path, url: str, ne
     env["WHALE_DB_URL"] = url
     command = ["run", "--set", "iterations=1"] if url == "notaurl" else ["resume", "r1"]  # one process each
     _one_line_error(whale(env, *command, timeout=300), needle)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["run", "--run-id", "it's"], "run id \"it's\" is not a plain name"),
+        (["run", "--run-id", "[/bold]x"], "run id '[/bold]x' is not a plain name"),
+        (["run", "--run-id", "x" * 300], "longer than 100 characters"),
+        (["resume", "/tmp/elsewhere"], "run id '/tmp/elsewhere' is not a plain name"),
+        (["resume", "../.."], "run id '../..' is not a plain name"),
+        (["rerun", "../x", "--iteration", "0"], "run id '../x' is not a plain name"),
+    ],
+)
+def test_a_run_id_that_is_not_a_plain_name_is_refused_before_anything_is_made(
+    tmp_path: Path, models_dir: Path, args: list[str], needle: str
+) -> None:
+    """Issue 30, item 5: a quote gave a ValueError traceback after 50 s and left the run `running`; markup a
+    traceback; 300 characters `OSError: File name too long`; an absolute path or ``../..`` to resume created a
+    directory and whale.log outside the home. Now one rule (`whale_core.records.run_ids`), checked first."""
+    env = make_home(tmp_path, models_dir)
+    home = Path(env["WHALE_HOME"])
+    before = {p for p in tmp_path.rglob("*")}
+    _one_line_error(whale(env, *args, timeout=300), needle)
+    made = {p for p in tmp_path.rglob("*")} - before
+    assert not made, made  # no run directory, log, database or server state
+    assert not (home / "whale.db").exists()

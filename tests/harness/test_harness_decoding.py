@@ -31,11 +31,11 @@ def test_harness_file_not_utf8_names_the_file(tmp_path: Path) -> None:
 
 
 def test_harness_file_missing_or_too_large_or_invalid_names_the_file(tmp_path: Path) -> None:
-    with pytest.raises(HarnessError, match=r"cannot read harness file .*nope\.yaml"):
+    with pytest.raises(HarnessError, match=r"harness file not found: .*nope\.yaml"):
         Harness.from_file(tmp_path / "nope.yaml")
     big = tmp_path / "big.yaml"
     big.write_text(TEXT + "#" * 20_000 + "\n")
-    with pytest.raises(HarnessError, match=r"big\.yaml' is too large"):
+    with pytest.raises(HarnessError, match=r"big\.yaml is larger than"):
         Harness.from_file(big)
     bad = tmp_path / "k.yaml"
     bad.write_text(TEXT.replace("whale_harness: 1", "whale_harness: 1\nbogus: 2"))

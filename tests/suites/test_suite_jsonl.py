@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,7 +119,7 @@ def test_errors_name_the_line(tmp_path: Path, lines: list[str], pattern: str) ->
 
 
 def test_missing_file_and_bad_field_name(tmp_path: Path) -> None:
-    with pytest.raises(SuiteError, match="cannot read"):
+    with pytest.raises(SuiteError, match="data file not found"):
         JsonlSuite(tmp_path / "absent.jsonl")
     lines = [f'{{"the question": "q{i}", "answer": "{i}"}}' for i in range(3)]
     with pytest.raises(SuiteError, match="question_fields"):
@@ -138,3 +140,24 @@ def test_invalid_utf8_and_lone_surrogates_name_file_and_line(tmp_path: Path) -> 
     paired = [*good, '{"question": "\\ud83d\\ude00", "answer": "5"}']  # a valid pair (an emoji) is fine
     suite = JsonlSuite(_write(tmp_path, paired, name="ok.jsonl"))
     assert any(p.fields["question"] == "\U0001f600" for s in ("train", "val", "test") for p in suite.problems(s))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_a_data_path_that_is_not_a_regular_file_is_refused_before_it_is_opened(tmp_path: Path, kind: str) -> None:
+    """Issue 30, item 12: a FIFO as ``--data`` hung with no output; ``/dev/zero`` grew to 20.8 GB and was OOM-killed.
+    The one rule for a file a user names (`whale_core.user_files`): a regular file, read with a size bound."""
+    path = {"fifo": tmp_path / "pipe.jsonl", "device": Path("/dev/zero"), "directory": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    with pytest.raises(SuiteError, match=r"is a (FIFO|character device|directory), not a regular file"):
+        load_suite(SuiteConfig(name="jsonl", path=str(path)))
+
+
+def test_a_data_file_over_the_bound_is_refused_after_reading_the_bound(tmp_path: Path, monkeypatch: Any) -> None:
+    import whale_core.suites.jsonl as jsonl
+
+    big = tmp_path / "big.jsonl"
+    big.write_text('{"q": "1+1", "answer": "2"}\n' * 100)
+    monkeypatch.setattr(jsonl, "MAX_DATA_BYTES", 1000)
+    with pytest.raises(SuiteError, match="is larger than 1,000 bytes"):
+        load_suite(SuiteConfig(name="jsonl", path=str(big)))

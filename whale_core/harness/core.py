@@ -30,6 +30,7 @@ from whale_core.harness.spec import (
     validate_spec,
 )
 from whale_core.suites.base import Problem
+from whale_core.user_files import read_user_file
 
 
 class Harness:
@@ -63,13 +64,7 @@ class Harness:
     def from_file(cls, path: str | Path, parent: str | None = None) -> Harness:
         """`from_text` on a file's contents (read at most 16 KiB + 1 byte, so a huge file fails fast). A file that
         cannot be read, is too large or is not UTF-8 is a `HarnessError` naming the file."""
-        try:
-            with open(path, "rb") as f:
-                raw = f.read(MAX_TEXT_BYTES + 1)
-        except OSError as e:
-            raise HarnessError("", f"cannot read harness file {str(path)!r}: {e.strerror or e}") from None
-        if len(raw) > MAX_TEXT_BYTES:
-            raise HarnessError("", f"file {str(path)!r} is too large (max {MAX_TEXT_BYTES} bytes)")
+        raw = read_user_file(path, "harness file", MAX_TEXT_BYTES, lambda msg: HarnessError("", msg))
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:

@@ -38,11 +38,12 @@ class BudgetExceeded(RuntimeError):
 class BudgetConfig(BaseModel):
     """Budget section of the run config: total completions for the search and the harness leg's share cap."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     total: int = Field(
         default=45_000,
         gt=0,
+        le=10**12,
         description="completions the weights and harness legs may spend together (eval is counted apart)",
     )
     harness_share_cap: float | None = Field(

@@ -13,13 +13,17 @@ from whale_core.proposers.base import Proposer
 class ServedConfig(BaseModel):
     """The ``served:`` proposer's knobs (a local model WHALE serves itself; `whale_core.proposers.served`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    context_tokens: int = Field(2500, ge=200, description="prompt tokens per request, by the model's tokenizer")
+    context_tokens: int = Field(
+        2500, ge=200, le=1_000_000, description="prompt tokens per request, by the model's tokenizer"
+    )
     max_tokens: int = Field(400, ge=64, le=4096, description="reply tokens per request (one candidate each)")
     temperature: float = Field(0.7, ge=0.0, le=2.0, description="sampling temperature of the served model's replies")
-    timeout: float = Field(600.0, gt=0, description="seconds per request (a small model on a busy CPU is slow)")
-    start_timeout: float = Field(300.0, gt=0, description="seconds for the server's first healthy answer")
+    timeout: float = Field(
+        600.0, gt=0, le=86_400, description="seconds per request (a small model on a busy CPU is slow)"
+    )
+    start_timeout: float = Field(300.0, gt=0, le=86_400, description="seconds for the server's first healthy answer")
     device: str = Field("cpu", description="the server's --device: cpu, cuda, cuda:0, auto")
 
 
@@ -29,7 +33,7 @@ class SearchConfig(BaseModel):
     ``openai/gpt-4o-mini``, ``anthropic/claude-sonnet-4-5``, ``ollama/llama3`` (with ``api_base`` for an
     OpenAI-compatible server). API keys come from the environment only (``api_key_env`` names a custom variable)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     proposer: str = Field(
         "mutate",
@@ -42,7 +46,7 @@ class SearchConfig(BaseModel):
     candidates: int = Field(8, ge=1, le=64, description="candidates proposed per harness leg")
     rounds: list[int] = Field(default_factory=lambda: [40, 100, 200], description="successive-halving subset sizes")
     keep_fraction: float = Field(0.5, gt=0.0, lt=1.0, description="share of candidates kept per halving round")
-    z: float = Field(1.645, ge=0.0, description="standard errors a winner must clear (paired test)")
+    z: float = Field(1.645, ge=0.0, le=100.0, description="standard errors a winner must clear (paired test)")
     min_delta: float = Field(0.0, ge=0.0, le=1.0, description="score a winner must gain over the incumbent, besides z")
     archive_top: int = Field(8, ge=0, le=100, description="prior harnesses shown to the proposer")
     revisit_top: int = Field(
@@ -53,8 +57,10 @@ class SearchConfig(BaseModel):
         "incumbents) re-scored as candidates under the new weights",
     )
     failing_traces: int = Field(8, ge=0, le=100, description="failing traces of the incumbent shown to the proposer")
-    context_tokens: int = Field(6000, ge=500, description="token budget of the proposer's prompt (litellm proposers)")
-    timeout: float = Field(60.0, gt=0, description="seconds per proposer request before it counts as failed")
+    context_tokens: int = Field(
+        6000, ge=500, le=1_000_000, description="token budget of the proposer's prompt (litellm proposers)"
+    )
+    timeout: float = Field(60.0, gt=0, le=86_400, description="seconds per proposer request before it counts as failed")
     num_retries: int = Field(2, ge=0, le=10, description="litellm retries per request (with backoff) before giving up")
     max_ops: int = Field(2, ge=1, le=6, description="mutate: operators applied per candidate")
     mutate_wording: Literal["default", "paraphrase"] = Field(

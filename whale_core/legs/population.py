@@ -40,7 +40,7 @@ class PopulationConfig(BaseModel):
     format it then uses on the incumbent's prompts too (measured: docs/results.md).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     k: int = Field(0, ge=0, le=16, description="other harnesses in the population besides the incumbent (0: off)")
     incumbent_weight: float = Field(

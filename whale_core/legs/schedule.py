@@ -30,7 +30,7 @@ from whale_core.proposers.base import PROMPT_ONLY
 class PhaseConfig(BaseModel):
     """Phase lengths of the fixed schedule (``whale-fixed``, ``prompt-weights``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     weights: int = Field(1, ge=1, le=100, description="weights legs per phase before switching (fixed schedule)")
     harness: int = Field(1, ge=1, le=100, description="harness legs per phase before switching (fixed schedule)")
@@ -40,7 +40,7 @@ class ScheduleConfig(BaseModel):
     """Leg scheduling. The run mode picks the scheduler: ``whale-adaptive`` reads the adaptive keys, ``whale-fixed``
     and ``prompt-weights`` the phase lengths; ``weights-only``/``harness-only`` read none."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     start: LegKind = Field("harness", description="the first leg of an alternating mode: weights | harness")
     phase: PhaseConfig = Field(

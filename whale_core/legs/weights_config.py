@@ -43,23 +43,23 @@ class DifficultyFilter(BaseModel):
     scored against the train split's gold answers only. Cost: ``max_problems * samples`` extra completions, counted.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     low: float = Field(0.1, ge=0.0, le=1.0, description="lowest sampled accuracy a kept problem may have")
     high: float = Field(0.6, ge=0.0, le=1.0, description="highest sampled accuracy a kept problem may have")
     samples: int = Field(8, ge=1, le=64, description="completions per probed problem")
-    max_problems: int = Field(512, ge=1, description="train problems probed (a seeded sample)")
-    min_keep: int = Field(16, ge=1, description="fewer survivors than this: train on all probed problems")
+    max_problems: int = Field(512, ge=1, le=1_000_000, description="train problems probed (a seeded sample)")
+    min_keep: int = Field(16, ge=1, le=1_000_000, description="fewer survivors than this: train on all probed problems")
 
 
 class LoraSettings(BaseModel):
     """LoRA adapter of the weights leg (PEFT ``LoraConfig``); ``enabled: false`` trains every weight instead."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     enabled: bool = Field(True, description="train a LoRA adapter (false: full fine-tuning of every weight)")
-    r: int = Field(16, ge=1, description="adapter rank")
-    alpha: int = Field(32, ge=1, description="LoRA alpha: the adapter's update is scaled by alpha / r")
+    r: int = Field(16, ge=1, le=4096, description="adapter rank")
+    alpha: int = Field(32, ge=1, le=65536, description="LoRA alpha: the adapter's update is scaled by alpha / r")
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapter's input")
     target_modules: str | list[str] = Field(
         "all-linear", description="modules that get an adapter: PEFT's 'all-linear' or a list of module names"
@@ -104,13 +104,18 @@ def upgrade_lora_keys(weights: Mapping[str, Any]) -> dict[str, Any]:
 class WeightsConfig(BaseModel):
     """The weights leg's knobs. Defaults are the tuned tiny-model recipe (docs/weights-leg.md)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    steps: int = Field(300, ge=1, description="GRPO optimizer steps of one leg (fewer when the budget runs out)")
-    learning_rate: float = Field(2e-4, gt=0, description="peak learning rate")
-    num_generations: int = Field(4, ge=2, description="group size G (completions per prompt)")
+    steps: int = Field(
+        300, ge=1, le=1_000_000, description="GRPO optimizer steps of one leg (fewer when the budget runs out)"
+    )
+    learning_rate: float = Field(2e-4, gt=0, le=1.0, description="peak learning rate")
+    num_generations: int = Field(4, ge=2, le=4096, description="group size G (completions per prompt)")
     per_device_train_batch_size: int = Field(
-        64, ge=2, description="completions per optimizer step (one generation batch); a multiple of num_generations"
+        64,
+        ge=2,
+        le=1_000_000,
+        description="completions per optimizer step (one generation batch); a multiple of num_generations",
     )
     micro_batch_size: int | None = Field(
         None,
@@ -118,24 +123,32 @@ class WeightsConfig(BaseModel):
         description="completions per forward/backward pass (gradients accumulate over the step); must divide "
         "per_device_train_batch_size; None: the whole step in one pass",
     )
-    temperature: float = Field(0.5, gt=0, description="exploration temperature (not the harness's)")
-    beta: float = Field(0.0, ge=0, description="KL penalty coefficient against the reference policy (0: no KL term)")
+    temperature: float = Field(0.5, gt=0, le=10.0, description="exploration temperature (not the harness's)")
+    beta: float = Field(
+        0.0, ge=0, le=100.0, description="KL penalty coefficient against the reference policy (0: no KL term)"
+    )
     loss_type: LossType = Field("dapo", description="GRPO loss variant (TRL's loss_type)")
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="advantage scaling (TRL)")
     lora: LoraSettings = Field(
         default_factory=LoraSettings, description="LoRA adapter settings (lora.enabled: false trains every weight)"
     )
     lr_scheduler_type: Scheduler = Field("constant", description="learning-rate schedule")
-    warmup_steps: int = Field(0, ge=0, description="learning-rate warm-up steps")
-    max_completion_length: int | None = Field(None, ge=1, description="None: the harness's decoding.max_new_tokens")
-    shaping_weight: float = Field(0.0, ge=0, description="weight of the similarity shaping reward; 0 disables it")
+    warmup_steps: int = Field(0, ge=0, le=1_000_000, description="learning-rate warm-up steps")
+    max_completion_length: int | None = Field(
+        None, ge=1, le=65536, description="None: the harness's decoding.max_new_tokens"
+    )
+    shaping_weight: float = Field(
+        0.0, ge=0, le=100.0, description="weight of the similarity shaping reward; 0 disables it"
+    )
     difficulty_filter: DifficultyFilter | None = Field(
         None, description="train only on problems the start policy sometimes solves (None: every train problem)"
     )
     population: PopulationConfig = Field(
         default_factory=PopulationConfig, description="mitigation: train on prompts of the archive's top-k harnesses"
     )
-    save_steps: int = Field(100, ge=1, description="TRL checkpoint every this many steps (a killed leg resumes there)")
+    save_steps: int = Field(
+        100, ge=1, le=1_000_000, description="TRL checkpoint every this many steps (a killed leg resumes there)"
+    )
     seed: int = Field(0, description="GRPO seed (a run's legs use weights_leg_seed(run seed, iteration))")
     gradient_checkpointing: bool = Field(
         False, description="recompute activations in the backward pass (less memory, more compute per pass)"

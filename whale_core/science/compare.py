@@ -53,7 +53,7 @@ class CompareError(WhaleError, ValueError):
 class CompareSpec(BaseModel):
     """What a comparison runs: modes, seeds, the optional phase-length sweep and the robustness matrix."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     modes: list[str] = Field(default_factory=lambda: list(ALL_MODES))
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])

@@ -54,7 +54,7 @@ PARAPHRASES: tuple[str, ...] = (
 class RobustnessConfig(BaseModel):
     """The robustness matrix of ``whale compare``: which harnesses, how many test problems."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     enabled: bool = True
     top_k: int = Field(2, ge=0, le=20, description="best val-scored harnesses taken from each run's archive")

@@ -120,7 +120,7 @@ def score_integer(answer: str | None, gold: str) -> float:
 class ArithOptions(BaseModel):
     """Options of the `arith` suite."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     min_digits: int = Field(default=1, ge=1, le=18)
     max_digits: int = Field(default=5, ge=1, le=18)

@@ -34,7 +34,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from whale_core.suites.arith import load_seed
 from whale_core.suites.base import SPLITS, Problem, Split
 from whale_core.suites.registry import SuiteError, parse_options
+from whale_core.user_files import read_user_file
 
+MAX_DATA_BYTES = 256 << 20  # a data file WHALE holds in memory whole: 256 MiB (GSM8K's train split is ~4 MB)
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -59,7 +61,7 @@ def _squash(text: str) -> str:
 class SplitFractions(BaseModel):
     """Relative share of each split (normalized to sum 1)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     train: float = Field(default=0.6, gt=0)
     val: float = Field(default=0.2, gt=0)
@@ -69,7 +71,7 @@ class SplitFractions(BaseModel):
 class JsonlOptions(BaseModel):
     """Options of the `jsonl` suite."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     question_fields: list[str] | None = Field(default=None, min_length=1)
     answer_field: str = "answer"
@@ -123,10 +125,7 @@ class JsonlSuite:
     def _read(self) -> tuple[list[Problem], list[str], bool]:
         """Parse the file: problems (deduplicated by question fields), the question fields, whether any `####`."""
         where = str(self.path)
-        try:
-            raw = self.path.read_bytes()
-        except OSError as exc:
-            raise SuiteError(f"jsonl suite: cannot read {where}: {exc}") from exc
+        raw = read_user_file(self.path, "jsonl suite: data file", MAX_DATA_BYTES, SuiteError)
         try:
             lines = raw.decode("utf-8").splitlines()
         except UnicodeDecodeError as exc:

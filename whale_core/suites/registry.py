@@ -44,7 +44,7 @@ class SuiteError(WhaleError, ValueError):
 class SplitSizes(BaseModel):
     """How many problems each split holds (for `jsonl`: an upper bound per split)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     train: int = Field(default=3000, ge=1, description="train problems (GRPO prompts, few-shot demos)")
     val: int = Field(default=300, ge=1, description="val problems (leg scores, candidate selection)")
@@ -62,7 +62,7 @@ class SuiteConfig(BaseModel):
     file for ``jsonl``). ``path``: the data file (``jsonl`` only). ``options``: suite-specific, validated by the suite.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field("arith", description="arith | sort | jsonl (built in) or a suite class: pkg.module:Class")
     seed: int = Field(0, description="seed of the suite's problems (generated suites), apart from the run's seed")

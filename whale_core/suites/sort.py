@@ -36,7 +36,7 @@ def _norm(token: str) -> str:
 class SortOptions(BaseModel):
     """Options of the `sort` suite."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     min_len: int = Field(default=3, ge=1, le=20)
     max_len: int = Field(default=7, ge=1, le=20)
