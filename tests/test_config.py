@@ -178,9 +178,10 @@ def test_flatten_replaces_the_lineage_and_proposer_copies() -> None:
             return str(value)[: lineage._PARAM_MAX]
         return lineage.redact_value(json.dumps(value, sort_keys=True, default=str))[: lineage._PARAM_MAX]
 
-    full = load_config(None, ["tracking.archive_url=postgresql://u:pw@h/db", "search.api_key_env=MY_KEY"])
+    full = load_config(None, ["search.api_key_env=MY_KEY"]).model_dump(mode="json")
+    full["tracking"]["archive_url"] = "postgresql://u:pw@h/db"  # a config refuses one; the redaction rule still masks it
     samples: list[dict[str, Any]] = [
-        full.model_dump(mode="json"),
+        full,
         {"search": {"api_key": {"nested": "x"}, "apiToken": "t", "empty": {}, "l": [1, {"a": 2}]}, "x y!": 1},
         {"a": {"b": {"c": "x" * 7000}}, "n": None, "f": 1.5, "t": True},
     ]
@@ -243,3 +244,23 @@ def test_a_config_path_that_is_a_directory_or_a_fifo_says_so(tmp_path: Path) -> 
     os.mkfifo(fifo)
     with pytest.raises(ConfigError, match="is a FIFO, not a regular file"):
         load_config(fifo)  # before: blocked forever opening the FIFO
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        "search.api_base=http://user:s3cret@127.0.0.1:9/v1",
+        "tracking.archive_url=postgresql+psycopg2://whale:s3cret@127.0.0.1:5432/test",
+        "tracking.mlflow_uri=postgresql://whale:s3cret@127.0.0.1/mlflow",
+    ],
+)
+def test_a_password_in_a_config_url_is_refused_before_anything_stores_it(item: str) -> None:
+    """Issue 30, item 4: a password inside ``search.api_base`` was redacted in MLflow but stored in plain text in
+    prefect.db (flow-run parameters) and whale.db (the run's config). A config never holds one: the error names the
+    key and where credentials go, and never repeats the value."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [item])
+    msg = str(err.value)
+    assert f"'{item.split('=')[0]}' holds a password" in msg and "s3cret" not in msg
+    assert "search.api_key_env" in msg and "WHALE_DB_URL" in msg
+    assert load_config(None, ["search.api_base=http://127.0.0.1:9/v1"]).search.api_base  # no password: fine

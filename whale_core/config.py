@@ -35,6 +35,7 @@ from whale_core.legs.budget import BudgetConfig
 from whale_core.legs.harness_leg import SearchConfig
 from whale_core.legs.schedule import ScheduleConfig
 from whale_core.legs.weights_config import WeightsConfig, upgrade_lora_keys
+from whale_core.records.mlflow_params import redact_value
 from whale_core.suites import SuiteConfig
 from whale_core.user_files import read_user_file
 
@@ -161,6 +162,19 @@ class WhaleConfig(BaseModel):
     orchestration: OrchestrationConfig = Field(
         default_factory=OrchestrationConfig, description="how candidate scoring fans out"
     )
+
+    @model_validator(mode="after")
+    def _no_credentials(self) -> WhaleConfig:
+        """A password in a URL (``http://user:pass@host``) would be stored with the run — its archive row, Prefect's
+        flow-run parameters, MLflow — so it is refused, naming the key (never the value)."""
+        for key, value in flatten(self.model_dump(mode="json")).items():
+            if isinstance(value, str) and redact_value(value) != value:
+                raise ValueError(
+                    f"'{key}' holds a password (user:password@ in a URL), which would be stored with the run: give "
+                    "credentials through the environment instead — search.api_key_env names the variable holding a "
+                    "proposer's key; WHALE_DB_URL and MLFLOW_TRACKING_URI hold the stores' URLs"
+                )
+        return self
 
     @model_validator(mode="after")
     def _stop_rule(self) -> WhaleConfig:
