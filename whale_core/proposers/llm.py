@@ -11,6 +11,11 @@ Credentials come only from the environment: litellm reads the standard variables
 string that leaves this module (reasons, error messages, candidate texts) has the values of credential-looking
 environment variables redacted.
 
+Bounded on arrival: a call ends within ``timeout x (num_retries + 1)`` seconds whatever the server does (litellm's
+``timeout`` bounds one read, so a server that sends a byte every few seconds would hold a request forever: the call
+runs in a daemon thread that the leg stops waiting for); a reply is read up to `MAX_REPLY_CHARS` and at most
+``k + EXTRA_BLOCKS`` fenced blocks of it are parsed — the rest is one rejection that says how much was left unread.
+
 Simplified: one request per ``propose`` (no multi-turn repair of invalid candidates; the rejection reasons go back to
 the model through the archive on the next iteration). litellm is imported lazily (a slow import: seconds).
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from typing import Any
 
@@ -31,6 +37,8 @@ __all__ = ["LLMProposer", "extract_yaml_blocks", "redact"]
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.MULTILINE | re.DOTALL)
 _YAML_TAGS = {"", "yaml", "yml"}
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
+MAX_REPLY_CHARS = 200_000  # ~12 harnesses at their 16 KiB bound, with prose around them
+EXTRA_BLOCKS = 8  # fenced blocks read beyond k (rejects among them do not cost a candidate)
 
 
 def redact(text: str, extra_names: tuple[str, ...] = ()) -> str:
@@ -160,16 +168,18 @@ class LLMProposer:
         start = time.perf_counter()
         failure: str | None = None
         try:
-            response = litellm.completion(**kwargs)
+            response = self._within_deadline(litellm.completion, kwargs)
         except Exception as exc:  # provider errors of every kind, after litellm's retries
             failure = f"{type(exc).__name__} after {self.num_retries} retries: {str(exc)[:500]}"
         if failure is not None:  # raised outside the except block: the original exception is not chained
             raise self._unavailable(failure)
         latency = time.perf_counter() - start
         try:
-            content = response.choices[0].message.content or ""
+            content = str(response.choices[0].message.content or "")
         except (AttributeError, IndexError, TypeError):
             raise self._unavailable("the reply had no message content") from None
+        if len(content) > MAX_REPLY_CHARS:  # read no further: the blocks before the cut are still candidates
+            content = content[:MAX_REPLY_CHARS] + f"\n[reply cut at {MAX_REPLY_CHARS:,} of {len(content):,} characters]"
         usage_obj = getattr(response, "usage", None)
         try:
             cost = float(litellm.completion_cost(completion_response=response) or 0.0)
@@ -183,10 +193,33 @@ class LLMProposer:
         }
         return self._redact(content), usage
 
+    def _within_deadline(self, call: Any, kwargs: dict[str, Any]) -> Any:
+        """``call(**kwargs)``, waited for at most ``timeout x (num_retries + 1)`` seconds: past that, `TimeoutError`
+        (the call goes on in its daemon thread until its server lets go; nothing waits for it)."""
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["value"] = call(**kwargs)
+            except BaseException as exc:  # handed to the waiting thread
+                box["error"] = exc
+
+        deadline = self.timeout * (self.num_retries + 1)
+        worker = threading.Thread(target=run, name="whale-llm-call", daemon=True)
+        worker.start()
+        worker.join(deadline)
+        if worker.is_alive():
+            raise TimeoutError(f"no complete reply within {deadline:.0f} s (timeout x (num_retries + 1))")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
     def _proposals(self, reply: str, context: ProposalContext, k: int, usage: dict[str, float]) -> list[Proposal]:
         incumbent = Harness.from_text(context.incumbent.text)
         known = {entry.sha: entry for entry in context.archive}
         blocks, problem = extract_yaml_blocks(reply)
+        unread = len(blocks) - (k + EXTRA_BLOCKS)
+        blocks = blocks[: k + EXTRA_BLOCKS]
         out: list[Proposal] = []
         seen: set[str] = set()
         n_valid = 0
@@ -205,6 +238,9 @@ class LLMProposer:
                     seen.add(sha)
                     n_valid += 1
             out.append(prop)
+        if unread > 0:
+            out.append(self._reject(None, f"{unread} more fenced blocks in the reply were not read (at most k + "
+                                          f"{EXTRA_BLOCKS} = {k + EXTRA_BLOCKS} are)"))  # fmt: skip
         if problem is not None:
             out.append(self._reject(None, problem))
         if not out:

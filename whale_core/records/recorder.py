@@ -67,6 +67,16 @@ def suite_splits(suite: Mapping[str, Any], seed: int, val_n: int, test_n: int) -
     }
 
 
+MAX_STORED_TEXT = 8192  # characters of a rejected proposal's raw text that are stored (a harness is <= 16 KiB)
+
+
+def excerpt(text: str | None, limit: int = MAX_STORED_TEXT) -> str | None:
+    """``text`` as the records store a proposal's raw text: at most ``limit`` characters, the cut said."""
+    if text is None or len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[… {len(text) - limit:,} more characters not stored]"
+
+
 def create_run(archive: Archive, run_id: str, mode: str, config: Mapping[str, Any]) -> bool:
     """The archive row of a new run, before anything runs (so ``whale resume`` finds it); False when ``run_id``
     exists already (nothing is written then)."""
@@ -246,11 +256,12 @@ class Recorder:
         self, sha: str | None, parent: str | None, proposer: str, status: CandidateStatus, reason: str | None,
         text: str | None = None,
     ) -> int:  # fmt: skip
-        """One proposal of the leg (``proposed``, or ``rejected`` with the reason and its raw text); its row id."""
+        """One proposal of the leg (``proposed``, or ``rejected`` with the reason and an `excerpt` of its raw text);
+        its row id."""
         return int(
             self.archive.add_candidate(
                 run_id=self.run_id, leg_id=self.leg_id, harness_sha=sha, parent_sha=parent, proposer=proposer,
-                status=status, reason=reason, text=text,
+                status=status, reason=excerpt(reason, 2000), text=excerpt(text),
             ).id
         )  # fmt: skip
 
@@ -349,7 +360,7 @@ class Recorder:
             lineage.log_harness(
                 child,
                 cand.sha,
-                cand.text,
+                excerpt(cand.text) or "",
                 name=cand.sha[:12],
                 parent_sha=cand.parent_sha,
                 status=cand.status,
