@@ -33,8 +33,14 @@ from whale_core.ascent.conclude import conclude
 from whale_core.ascent.setup import engine_for, run_recorder
 from whale_core.config import WhaleConfig, upgrade_stored
 from whale_core.env import whale_home
+from whale_core.errors import WhaleError
+from whale_core.process import exclusive
 from whale_core.records.recorder import Recorder
 from whale_core.records.run_ids import check_run_id
+
+
+class RunBusyError(WhaleError, RuntimeError):
+    """Another process drives this run (``whale run``/``resume``/``rerun`` at once on one run)."""
 
 
 @flow(name="whale-run", flow_run_name="{run_id}", persist_result=True, validate_parameters=False)
@@ -42,14 +48,17 @@ def whale_run(run_id: str, config: WhaleConfig, rerun_from: int | None = None, g
     """One WHALE run: the engine's block ascent (`whale_core.ascent.engine.BlockAscent`) with its calls as Prefect
     tasks, then its conclusion (final test, outputs, report)."""
     sqlite_retry.install()  # also where a worker runs this flow without `prepare` (deployments)
-    cfg = config
+    run_dir = whale_home() / "runs" / check_run_id(run_id)
+    with exclusive(run_dir / ".lock", f"run {run_id!r}", RunBusyError):  # a second driver stops here, before any record
+        return _drive(run_id, config, run_dir, rerun_from, generation)
+
+
+def _drive(run_id: str, cfg: WhaleConfig, run_dir: Path, rerun_from: int | None, generation: int) -> dict[str, Any]:
     rec = run_recorder(cfg, run_id)
     rec.run_status("running")
     prefect_ui.label_flow_run(None, [run_id, cfg.mode])  # the flow run's own tags: its tasks do not inherit them
     prefect_url = prefect_ui.flow_run_url()
     rec.link_run(prefect_url)  # the link from MLflow to the flow run (as `whale ui --prefect` serves it)
-    run_dir = whale_home() / "runs" / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
     try:
         calls = PrefectCalls(cfg, run_id, run_dir, rec.store)
         engine = engine_for(cfg, calls, rec, run_dir, suite=suite_of(cfg.suite), rerun_from=rerun_from,

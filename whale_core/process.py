@@ -24,6 +24,9 @@
   recovers an unclosed WAL on the next open).
 - **One writer per cached model.** `file_lock` serializes installs and builds into the model cache across processes
   (the tiny model, named models).
+- **One driver per run.** `exclusive` takes a run's lock without waiting: a second ``whale resume RUN`` while the
+  first still drives it stops at once, naming the other process, before it writes anything. The kernel drops the
+  lock when its process ends, however it ends, so a killed run resumes.
 - **Servers WHALE starts itself** (Prefect's temporary server, ``flows/prefect_server.py``; the served proposer's
   model, `whale_core.proposers.serve`) share one lifecycle, `ServerProcess`: wait for the first healthy answer
   (quoting the server log's tail when it exits or times out), stop with SIGTERM then SIGKILL after a grace period;
@@ -47,7 +50,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
-__all__ = ["ServerProcess", "file_lock", "free_port", "run_cli"]
+__all__ = ["Busy", "ServerProcess", "exclusive", "file_lock", "free_port", "run_cli"]
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -113,6 +116,34 @@ def file_lock(path: Path) -> Iterator[None]:
         return
     with path.open("w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class Busy(RuntimeError):
+    """Another process holds the lock (the message names it)."""
+
+
+@contextlib.contextmanager
+def exclusive(path: Path, what: str, error: Callable[[str], Exception] = Busy) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created; it records this process's pid and command) for the block, or
+    raise ``error(message)`` at once when another process holds it (``what`` names the thing locked)."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise error(f"{what} is being driven by {holder}: wait for it to end, or stop it first") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} ({' '.join(sys.argv)[:200]}, since {time.strftime('%F %T')})")
+        f.flush()
         try:
             yield
         finally:

@@ -4,6 +4,7 @@ guard prints."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,17 @@ def test_a_run_id_that_is_not_a_plain_name_is_refused_before_anything_is_made(
     made = {p for p in tmp_path.rglob("*")} - before
     assert not made, made  # no run directory, log, database or server state
     assert not (home / "whale.db").exists()
+
+
+def test_a_second_driver_of_a_run_stops_before_it_writes(home_with_a_run: tuple[dict[str, str], Archive]) -> None:
+    """Issue 30, item 8: two ``whale resume RUN`` at once both finished (rc 0) and the archive held two ``done``
+    weights legs for one iteration. A run is driven by one process: the second stops at once, naming the first."""
+    from whale_core.process import exclusive
+
+    env, archive = home_with_a_run
+    before = (archive.get_run("r1").status, len(archive.legs("r1")), len(archive.decisions("r1")))
+    lock = Path(env["WHALE_HOME"]) / "runs" / "r1" / ".lock"
+    with exclusive(lock, "run 'r1'"):  # this process drives r1 now
+        line = _one_line_error(whale(env, "resume", "r1", timeout=300), "run 'r1' is being driven by pid ")
+    assert str(os.getpid()) in line
+    assert (archive.get_run("r1").status, len(archive.legs("r1")), len(archive.decisions("r1"))) == before
