@@ -301,9 +301,13 @@ def start() -> TemporaryServer | None:
         try:
             with log_path.open("ab") as out:
                 offset = out.tell()
+                # its own session: Ctrl-C at the terminal (SIGINT to the run's process group) must not kill the
+                # server under the run, which then spent minutes retrying a dead API; it still dies with the run
+                # (the death signal) and at its exit (`stop`)
                 process = subprocess.Popen(
-                    args, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, pass_fds=(write_fd,)
-                )
+                    args, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                    start_new_session=True,
+                )  # fmt: skip
         except BaseException:
             os.close(read_fd)
             raise

@@ -81,8 +81,15 @@ def _run(summary_of: Any, run_id: str, verbose: bool) -> None:
     from whale_core.env import whale_home
 
     log = whale_home() / "runs" / run_id / "whale.log"
-    with run_console(console(), log, verbose):
-        summary = summary_of()
+    try:
+        with run_console(console(), log, verbose):
+            summary = summary_of()
+    except KeyboardInterrupt:  # Ctrl-C: one line, and the run is resumable (what finished is kept)
+        from whale_cli.guard import print_error
+
+        kept = f"what it finished is kept: `whale resume {run_id}` continues it"
+        print_error(f"interrupted: run {run_id} stopped; {kept}")
+        raise typer.Exit(130) from None
     if not verbose:
         summary = {**summary, "log": str(log)}
     print_summary(summary)
