@@ -8,8 +8,9 @@ commands written later too:
   anything else is a bug and keeps its traceback;
 - a sub-command's bad parameter value (a bound such as ``--batch-size 0``, a malformed number, a missing option),
   which Typer would otherwise draw as a box wrapped to the terminal's width;
-- an `OSError` that only the environment causes (a full disk or quota, a read-only file system, no permission):
-  the user's to fix wherever the write happened, never a bug.
+- an error that only the environment causes (a full disk or quota, a read-only file system, no permission), as an
+  `OSError` or inside a library's own error (`environment_cause`): the user's to fix wherever the write happened,
+  never a bug.
 
 Simplified: other usage errors (an unknown option or command) keep Typer's own box; they also exit 2.
 """
@@ -17,6 +18,7 @@ Simplified: other usage errors (an unknown option or command) keep Typer's own b
 from __future__ import annotations
 
 import errno
+import os
 from typing import Any
 
 import typer
@@ -58,9 +60,28 @@ class GuardedGroup(TyperGroup):
             where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
             print_error(f"{exc.format_message()} (see `{where} --help`)")
             raise typer.Exit(exc.exit_code) from None
-        except OSError as exc:
-            if exc.errno not in _ENVIRONMENT_ERRNOS:
+        except Exception as exc:
+            cause = environment_cause(exc)
+            if cause is None:
                 raise
-            where = f" ({exc.filename})" if exc.filename else ""
-            print_error(f"{exc.strerror or exc}{where}: free space or choose a writable place (WHALE_HOME, --out)")
+            print_error(f"{cause}: free space or choose a writable place (WHALE_HOME, --out)")
             raise typer.Exit(2) from None
+
+
+def environment_cause(exc: BaseException) -> str | None:
+    """What the environment did, when ``exc`` or an exception it was raised from is one the user must fix (a full disk
+    or quota, a read-only file system, no permission): an `OSError` with such an errno, or a library's own error that
+    carries the system's message (safetensors' ``SafetensorError: ... No space left on device``). None otherwise."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in _ENVIRONMENT_ERRNOS:
+            where = f" ({cur.filename})" if cur.filename else ""
+            return f"{cur.strerror or cur}{where}"
+        text = str(cur)
+        for code in _ENVIRONMENT_ERRNOS:
+            if os.strerror(code) in text:
+                return f"{os.strerror(code)} ({type(cur).__name__}: {text[:200]})"
+        cur = cur.__cause__ or cur.__context__
+    return None

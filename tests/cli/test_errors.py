@@ -299,3 +299,28 @@ def test_archive_round_trip_on_postgres_through_the_cli(
     assert res.exit_code == 0, res.output
     assert run.id in res.stdout and "search" in res.stdout
     assert not (home / "whale.db").exists()  # nothing went to the embedded SQLite store
+
+
+def test_a_full_disk_inside_a_library_error_is_one_line() -> None:
+    """Issue 30, item 10: a full disk during a checkpoint save ended in a ``SafetensorError … No space left``
+    traceback (rc 1). The guard finds the environment's cause inside a library's own error too. (The error is the one
+    safetensors raises on ENOSPC, text as seen in that run: a real full disk cannot be made here without root.)"""
+    import typer
+    from safetensors import SafetensorError
+
+    from whale_cli.guard import GuardedGroup, environment_cause
+
+    def save() -> None:
+        raise SafetensorError(
+            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+        )
+
+    with pytest.raises(SafetensorError) as err:
+        save()
+    assert "No space left on device" in (environment_cause(err.value) or "")
+    assert environment_cause(ValueError("a bug")) is None
+    demo = typer.Typer(cls=GuardedGroup)
+    demo.command("save")(save)
+    demo.command("other")(lambda: None)
+    res = runner.invoke(demo, ["save"])
+    _one_error_line(res, "No space left on device (SafetensorError", "free space")

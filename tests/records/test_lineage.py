@@ -337,3 +337,20 @@ def test_leaderboard_is_a_table_written_once(lin: Lineage) -> None:
     table = json.loads(Path(local).read_text())
     assert table["columns"] == ["sha12", "status", "val_score", "prompt_tokens", "reason"]
     assert [r[0] for r in table["data"]] == ["a" * 12, "b" * 12]
+
+
+def test_a_truncated_mlflow_store_is_one_clear_error(tmp_path: Path) -> None:
+    """Issue 30, item 11: a truncated ``mlflow.db`` made ``whale resume`` end in a ``DatabaseError`` traceback (a corrupt
+    ``whale.db`` already got a clean line). Now a `LineageError` (a `WhaleError`: the CLI's one line) says what to do."""
+    from whale_core.errors import WhaleError
+    from whale_core.records.lineage import Lineage, LineageError
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    Lineage(uri, "whale")
+    db = tmp_path / "mlflow.db"
+    with db.open("r+b") as f:
+        f.truncate(db.stat().st_size // 40)
+    with pytest.raises(LineageError) as err:
+        Lineage(uri, "whale")
+    assert isinstance(err.value, WhaleError)
+    assert "cannot be opened" in str(err.value) and "move it aside" in str(err.value)

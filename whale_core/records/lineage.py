@@ -42,6 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from whale_core.errors import WhaleError
 from whale_core.records.mlflow_params import (  # noqa: F401 (re-exported: the lineage's params rule)
     _PARAM_MAX,
     REDACTED,
@@ -110,12 +111,21 @@ class Lineage:
 
         self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri()
         self.artifact_location = artifact_location or default_artifact_location(self.tracking_uri)
-        relocate_mlflow_store(current_home(), self.tracking_uri)  # a moved or copied home: see records/portable.py
-        fresh = seed_store(self.tracking_uri)
-        self.client = MlflowClient(tracking_uri=self.tracking_uri)
-        if fresh is not None:
-            save_template(fresh, self.client)
-        self.experiment_id = self._ensure_experiment(experiment)
+        try:
+            relocate_mlflow_store(current_home(), self.tracking_uri)  # a moved or copied home: records/portable.py
+            fresh = seed_store(self.tracking_uri)
+            self.client = MlflowClient(tracking_uri=self.tracking_uri)
+            if fresh is not None:
+                save_template(fresh, self.client)
+            self.experiment_id = self._ensure_experiment(experiment)
+        except Exception as exc:
+            if not _broken_store(exc):
+                raise
+            raise LineageError(
+                f"the MLflow store {redact_value(self.tracking_uri)} cannot be opened ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:200]}): restore it from a backup, or move it aside to start a new one "
+                "(the archive, whale.db, still holds every run; a new store mirrors only what runs from now on)"
+            ) from None
         self._whale_ids: dict[str, str] = {}
 
     def _ensure_experiment(self, name: str) -> str:
@@ -493,6 +503,22 @@ class Lineage:
     def checkpoints_of(self, whale_run_id: str) -> list[Any]:
         """The checkpoints (``mlflow.entities.LoggedModel``, with ``.tags``) of a WHALE run, oldest first."""
         return self._search_models({"whale.run_id": whale_run_id})
+
+
+class LineageError(WhaleError, RuntimeError):
+    """The MLflow store cannot be opened (a truncated or corrupt database file)."""
+
+
+def _broken_store(exc: BaseException) -> bool:
+    """Whether opening the store failed because its database is damaged (not a bug of ours)."""
+    import sqlite3
+
+    from sqlalchemy.exc import DatabaseError
+
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.DatabaseError | DatabaseError) or any(
+        s in text for s in ("malformed", "not a database", "file is encrypted", "database disk image")
+    )
 
 
 def _all_pages(page: Callable[[str | None], Any], max_results: int | None) -> list[Any]:
