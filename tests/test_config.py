@@ -179,7 +179,7 @@ def test_flatten_replaces_the_lineage_and_proposer_copies() -> None:
         return lineage.redact_value(json.dumps(value, sort_keys=True, default=str))[: lineage._PARAM_MAX]
 
     full = load_config(None, ["search.api_key_env=MY_KEY"]).model_dump(mode="json")
-    full["tracking"]["archive_url"] = "postgresql://u:pw@h/db"  # a config refuses one; the redaction rule still masks it
+    full["tracking"]["archive_url"] = "postgresql://u:pw@h/db"  # a config refuses one; the redaction still masks it
     samples: list[dict[str, Any]] = [
         full,
         {"search": {"api_key": {"nested": "x"}, "apiToken": "t", "empty": {}, "l": [1, {"a": 2}]}, "x y!": 1},

@@ -22,7 +22,7 @@ from typing import Annotated, Any
 import typer
 
 from whale_cli.common import console
-from whale_core.env import setup_offline_env
+from whale_core.env import setup_offline_env, sqlite_path, sqlite_url
 
 HOST = "127.0.0.1"
 START_LIMIT_S = 180.0
@@ -39,8 +39,9 @@ def ui_cmd(
     home = setup_offline_env()
     con = console()
     say = partial(con.print, soft_wrap=True)  # one line each, whatever the terminal width
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{home / 'mlflow.db'}"
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or sqlite_url(home / "mlflow.db")
+    store = sqlite_path(uri)
+    if store is not None and not store.exists():
         say(f"no runs in {home} yet (no {home / 'mlflow.db'}): start one with `whale run`")
         raise typer.Exit(1)
     for p in [port] + ([prefect_port] if prefect else []):

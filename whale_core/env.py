@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 from whale_core.errors import WhaleError
 
@@ -36,6 +37,20 @@ def whale_home() -> Path:
     if not os.access(home, os.W_OK | os.X_OK):
         raise HomeError(f"the WHALE home {home} is not writable: set WHALE_HOME to a writable directory")
     return home
+
+
+def sqlite_url(path: str | Path, driver: str = "sqlite") -> str:
+    """The SQLAlchemy URL of the SQLite file ``path``, percent-encoded: URL parsers decode ``%20`` in a database
+    path, so a home named ``a%20b`` put its databases in a sibling directory ``a b`` before this was used for every
+    embedded store (the archive, MLflow, Prefect)."""
+    return f"{driver}:///{quote(str(path), safe='/')}"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL (`sqlite_url`'s inverse; None for any other store or an in-memory one)."""
+    if not url.startswith("sqlite:///") or url == "sqlite:///:memory:":
+        return None
+    return Path(unquote(url[len("sqlite:///") :].split("?", 1)[0])).resolve()
 
 
 def setup_offline_env(home: Path | None = None) -> Path:
@@ -62,4 +77,10 @@ def setup_offline_env(home: Path | None = None) -> Path:
     }
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
+    prefect_db = Path(os.environ["PREFECT_HOME"]).expanduser() / "prefect.db"
+    ours = sqlite_url(prefect_db, "sqlite+aiosqlite")
+    if ours != f"sqlite+aiosqlite:///{prefect_db}" and not any(
+        os.environ.get(k) for k in ("PREFECT_SERVER_DATABASE_CONNECTION_URL", "PREFECT_API_DATABASE_CONNECTION_URL")
+    ):  # a home whose path a URL would decode (a '%', a space): Prefect's own URL would point elsewhere
+        os.environ["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = ours
     return home

@@ -340,8 +340,9 @@ def test_leaderboard_is_a_table_written_once(lin: Lineage) -> None:
 
 
 def test_a_truncated_mlflow_store_is_one_clear_error(tmp_path: Path) -> None:
-    """Issue 30, item 11: a truncated ``mlflow.db`` made ``whale resume`` end in a ``DatabaseError`` traceback (a corrupt
-    ``whale.db`` already got a clean line). Now a `LineageError` (a `WhaleError`: the CLI's one line) says what to do."""
+    """Issue 30, item 11: a truncated ``mlflow.db`` made ``whale resume`` end in a ``DatabaseError`` traceback (a
+    corrupt ``whale.db`` already got a clean line). Now a `LineageError` (a `WhaleError`: the CLI's one line) says
+    what to do."""
     from whale_core.errors import WhaleError
     from whale_core.records.lineage import Lineage, LineageError
 

@@ -7,14 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from whale_core.env import whale_home
-
-
-def _sqlite_file(tracking_uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` tracking URI (None for any other store or an in-memory one)."""
-    if not tracking_uri.startswith("sqlite:///") or tracking_uri == "sqlite:///:memory:":
-        return None
-    return Path(tracking_uri[len("sqlite:///") :].split("?", 1)[0]).resolve()
+from whale_core.env import sqlite_path, sqlite_url, whale_home
 
 
 def seed_store(tracking_uri: str) -> Path | None:
@@ -23,7 +16,7 @@ def seed_store(tracking_uri: str) -> Path | None:
     Returns the store's path when it is new and no template exists (the caller saves it as the template once MLflow
     has migrated it), else None. Called before MLflow opens the store (opening creates the file).
     """
-    path = _sqlite_file(tracking_uri)
+    path = sqlite_path(tracking_uri)
     if path is None or path.exists():
         return None
     import mlflow
@@ -54,7 +47,7 @@ def save_template(path: Path, client: Any) -> None:
 
 
 def default_uri() -> str:
-    return f"sqlite:///{whale_home() / 'mlflow.db'}"
+    return sqlite_url(whale_home() / "mlflow.db")
 
 
 def default_artifact_location(tracking_uri: str) -> str | None:
@@ -62,7 +55,7 @@ def default_artifact_location(tracking_uri: str) -> str | None:
     ``$WHALE_HOME/mlartifacts``; a tracking server decides for itself (None)."""
     if tracking_uri.startswith(("http://", "https://", "databricks")):
         return None
-    store = _sqlite_file(tracking_uri)
+    store = sqlite_path(tracking_uri)
     if store is not None:
         return (store.parent / "mlartifacts").as_uri()
     return (whale_home() / "mlartifacts").as_uri()

@@ -31,6 +31,8 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from whale_core.env import sqlite_path, sqlite_url
+
 __all__ = ["MLFLOW_LOCATION_COLUMNS", "current_home", "from_home", "relocate_mlflow_store", "to_home"]
 
 
@@ -71,12 +73,6 @@ MLFLOW_LOCATION_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _sqlite_path(tracking_uri: str) -> Path | None:
-    if not tracking_uri.startswith("sqlite:///") or tracking_uri == "sqlite:///:memory:":
-        return None
-    return Path(tracking_uri[len("sqlite:///") :].split("?", 1)[0]).resolve()
-
-
 def _plain(uri: str) -> str:
     """The file-system path of a ``file://`` URI."""
     return unquote(urlparse(uri).path)
@@ -91,8 +87,8 @@ def relocate_mlflow_store(home: Path, tracking_uri: str | None = None) -> int:
     as a plain path, in every `MLFLOW_LOCATION_COLUMNS` column, all in one ``BEGIN IMMEDIATE`` transaction.
     Idempotent; 0 for an unmoved home, a missing store file and any store that is not SQLite (a server, Postgres).
     """
-    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(home).resolve() / 'mlflow.db'}"
-    db = _sqlite_path(uri)
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or sqlite_url(Path(home).resolve() / "mlflow.db")
+    db = sqlite_path(uri)
     if db is None or not db.is_file():
         return 0
     new_uri = (db.parent / "mlartifacts").as_uri()

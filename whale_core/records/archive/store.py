@@ -33,7 +33,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
-from whale_core.env import whale_home
+from whale_core.env import sqlite_url, whale_home
 from whale_core.records.archive.history import RunHistory
 from whale_core.records.archive.readonly import writes
 from whale_core.records.archive.records import (
@@ -66,7 +66,7 @@ from whale_core.records.portable import to_home
 
 def default_url() -> str:
     """``$WHALE_DB_URL`` if set, else ``sqlite:///$WHALE_HOME/whale.db``."""
-    return os.environ.get("WHALE_DB_URL") or f"sqlite:///{whale_home() / 'whale.db'}"
+    return os.environ.get("WHALE_DB_URL") or sqlite_url(whale_home() / "whale.db")
 
 
 # ------------------------------------------------------------------------------------------------------------ archive
