@@ -276,3 +276,28 @@ def run_dir(kind: str) -> Path:
             continue
         return d
     raise AssertionError("unreachable")  # itertools.count() never ends
+
+
+def leg_engine(cfg: Any, command: str, record: dict[str, Any]) -> Any:
+    """The engine of a one-leg command (``whale search``, ``whale train``) in this process: the config's suite,
+    harness (a file, or the suite's seed) and base model (loaded once, with a status line), a new run directory
+    ``runs/<command>-<time>`` that is also the archive run's id (its ``record`` is the config it stores), and the
+    engine's calls in process (`whale_core.ascent.local.LocalCalls`: no orchestrator)."""
+    from whale_core.ascent.engine import BlockAscent
+    from whale_core.ascent.local import LocalCalls
+    from whale_core.records.archive import Archive
+    from whale_core.records.recorder import Recorder, create_run
+    from whale_core.records.refs import HarnessRef, PolicyRef, load_cached
+
+    suite = load_suite_from(cfg.suite)
+    harness = load_harness(cfg.harness, suite)
+    with console().status(styled(f"loading model '{cfg.model.name}'…", "")):
+        base = PolicyRef.base(cfg.model.name, cfg.model.device)
+        load_cached(base)
+    out_dir = run_dir(command)
+    archive = Archive()
+    create_run(archive, out_dir.name, command, record)
+    rec = Recorder(archive, run_id=out_dir.name)
+    calls = LocalCalls(cfg, suite, out_dir)
+    return BlockAscent(cfg, calls, rec, suite=suite, run_dir=out_dir, base=base, seed_harness=HarnessRef.of(harness))
+

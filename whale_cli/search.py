@@ -20,12 +20,10 @@ from whale_cli.common import (
     SetOpt,
     SuiteFlag,
     console,
+    leg_engine,
     line,
-    load_harness,
-    load_suite_from,
     refuse_adapter,
     resolve_config,
-    run_dir,
     styled,
 )
 from whale_core.env import setup_offline_env
@@ -55,12 +53,7 @@ def search_cmd(
     from rich.table import Table
 
     from whale_cli.progress import leg_console
-    from whale_core.ascent.engine import BlockAscent
-    from whale_core.ascent.local import LocalCalls
     from whale_core.config import Follows
-    from whale_core.records.archive import Archive
-    from whale_core.records.recorder import Recorder, create_run
-    from whale_core.records.refs import HarnessRef, PolicyRef, load_cached
 
     whale = resolve_config(
         config,
@@ -78,22 +71,11 @@ def search_cmd(
     )
     refuse_adapter(whale, "whale search")
     whale = whale.model_copy(update={"mode": "prompt-weights" if prompt_only else "harness-only"})
-    s = load_suite_from(whale.suite)
-    h = load_harness(whale.harness, s)
-    con = console()
-    with con.status(styled(f"loading model '{whale.model.name}'…", "")):
-        base = PolicyRef.base(whale.model.name, whale.model.device)
-        load_cached(base)
-    out_dir = run_dir("search")
-    archive = Archive()
-    create_run(archive, out_dir.name, "search", {"search": whale.search.model_dump(), "suite": whale.suite.name})
-    rec = Recorder(archive, run_id=out_dir.name)
-    engine = BlockAscent(
-        whale, LocalCalls(whale, s, out_dir), rec, suite=s, run_dir=out_dir, base=base, seed_harness=HarnessRef.of(h)
-    )
+    engine = leg_engine(whale, "search", {"search": whale.search.model_dump(), "suite": whale.suite.name})
+    out_dir, base, con = engine.run_dir, engine.base, console()
     with leg_console(con):
         result = engine.one_leg("harness", measure=False)
-    rec.run_status("finished")
+    engine.rec.run_status("finished")
     res = result.harness_legs[-1]
     table = Table(title=f"harness leaderboard ({whale.suite.name}, val, policy {base.checkpoint_id[:10]})")
     for col in ("", "harness", "sha", "status", "score", "n", "prompt tok/problem"):

@@ -17,12 +17,10 @@ from whale_cli.common import (
     SuiteFlag,
     ValProblemsFlag,
     console,
+    leg_engine,
     line,
-    load_harness,
-    load_suite_from,
     refuse_adapter,
     resolve_config,
-    run_dir,
     styled,
 )
 from whale_core.env import setup_offline_env
@@ -50,13 +48,8 @@ def train_cmd(
     """
     setup_offline_env()
     from whale_cli.progress import leg_console
-    from whale_core.ascent.engine import BlockAscent
-    from whale_core.ascent.local import LocalCalls
     from whale_core.config import Follows
     from whale_core.legs.costs import leg_costs
-    from whale_core.records.archive import Archive
-    from whale_core.records.recorder import Recorder, create_run
-    from whale_core.records.refs import HarnessRef, PolicyRef, load_cached
 
     cfg = resolve_config(
         config,
@@ -75,20 +68,8 @@ def train_cmd(
     cfg = cfg.model_copy(
         update={"mode": "weights-only", "budget": cfg.budget.model_copy(update={"total": leg_costs(cfg)[0]})}
     )
-    s = load_suite_from(cfg.suite)
-    h = load_harness(cfg.harness, s)
-    con = console()
-    with con.status(styled(f"loading model '{cfg.model.name}'…", "")):
-        base = PolicyRef.base(cfg.model.name, cfg.model.device)
-        load_cached(base)
-    out_dir = run_dir("train")
-    archive = Archive()
-    weights = cfg.weights.model_dump(mode="json")
-    create_run(archive, out_dir.name, "train", {"weights": weights, "suite": cfg.suite.name})
-    rec = Recorder(archive, run_id=out_dir.name)
-    engine = BlockAscent(
-        cfg, LocalCalls(cfg, s, out_dir), rec, suite=s, run_dir=out_dir, base=base, seed_harness=HarnessRef.of(h)
-    )
+    engine = leg_engine(cfg, "train", {"weights": cfg.weights.model_dump(mode="json"), "suite": cfg.suite.name})
+    out_dir, con = engine.run_dir, console()
     con.print(
         f"training {cfg.weights.steps} GRPO steps from '{cfg.model.name}' → {out_dir}; val before and after on "
         f"{cfg.rollout.val_problems} problems",
@@ -96,7 +77,7 @@ def train_cmd(
     )  # fmt: skip
     with leg_console(con):
         result = engine.one_leg("weights")
-    rec.run_status("finished")
+    engine.rec.run_status("finished")
     before, after = result.initial, result.last
     ckpt = after.policy.adapter_dir or after.policy.model_dir
     n = len(after.scores)
@@ -114,7 +95,7 @@ def train_cmd(
                 "n": n,
                 "completions": spent,
                 "checkpoint": ckpt,
-                "harness": h.sha,
+                "harness": engine.seed_harness.sha,
             },
             indent=2,
         )
