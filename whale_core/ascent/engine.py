@@ -234,7 +234,7 @@ class BlockAscent:
             revisit=self._revisit(start, as_of) if kind == "harness" else (),
         )  # fmt: skip
         try:
-            leg = self._make_leg(i, kind, start, rec, refresh, generation, as_of)
+            leg = self._make_leg(i, kind, start, rec, refresh, generation, as_of, len(leg_start.revisit))
             res = leg.run(leg_start)
             if isinstance(leg, HarnessLeg) and leg.result is not None:
                 self.harness_results.append(leg.result)
@@ -298,11 +298,12 @@ class BlockAscent:
 
     # ------------------------------------------------------------------------------------------------ the legs
     def _make_leg(
-        self, i: int, kind: LegKind, start: Pair, rec: Recorder, refresh: bool, generation: int, as_of: datetime
-    ) -> Leg:
+        self, i: int, kind: LegKind, start: Pair, rec: Recorder, refresh: bool, generation: int, as_of: datetime,
+        revisits: int,
+    ) -> Leg:  # fmt: skip
         if kind == "weights":
             return self._weights_leg(i, start, rec, refresh, generation, as_of)
-        return self._harness_leg(i, start, rec, refresh)
+        return self._harness_leg(i, start, rec, refresh, revisits)
 
     def _weights_leg(
         self, i: int, start: Pair, rec: Recorder, refresh: bool, generation: int, as_of: datetime
@@ -335,10 +336,10 @@ class BlockAscent:
         )  # fmt: skip
         return [HarnessRef.of(m) for m in members[1:]]
 
-    def _harness_leg(self, i: int, start: Pair, rec: Recorder, refresh: bool) -> HarnessLeg:
+    def _harness_leg(self, i: int, start: Pair, rec: Recorder, refresh: bool, revisits: int) -> HarnessLeg:
         cfg = self.cfg
         totals: dict[str, list[float]] = {}  # per harness: [sum of scores, problems scored] for the progress line
-        n_total = cfg.search.candidates + 1
+        n_total = cfg.search.candidates + 1 + revisits  # the proposals, the incumbent, the revisited harnesses
 
         def roll_many(jobs: list[tuple[Harness, int, int]]) -> list[ScoreBlock]:
             blocks = self.calls.score(start.policy, jobs, Site(f"score-harness-iter{i}", i, refresh))
