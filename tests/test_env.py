@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import make_url
 
 from whale_core.env import setup_offline_env, sqlite_path, sqlite_url
+
+
+@pytest.fixture(autouse=True)
+def _own_environment() -> Iterator[None]:
+    """`setup_offline_env` writes os.environ directly: put the process's environment back whole afterwards (a
+    leaked PREFECT_SERVER_DATABASE_CONNECTION_URL pointed a later test's Prefect server at this test's home)."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def test_a_home_whose_path_a_url_would_decode_keeps_every_database_inside(
