@@ -85,10 +85,10 @@ def _one_run(archive: Archive, variant: Variant, seed: int, run_cfg: WhaleConfig
     return RunOutcome(variant.label, variant.mode, seed, run_id, "failed", error=error)
 
 
-def _policy_of(archive: Archive, base: PolicyRef, checkpoint_id: str | None) -> PolicyRef:
+def _policy_of(archive: Archive, base: PolicyRef, checkpoint_id: str | None, run_id: str) -> PolicyRef:
     if not checkpoint_id or checkpoint_id == base.checkpoint_id:
         return base
-    rec = archive.find_checkpoint(checkpoint_id)
+    rec = archive.find_checkpoint(checkpoint_id, run_id)  # the run's own copy
     if rec is None:
         raise CompareError(f"final checkpoint {checkpoint_id} is not in the archive")
     from whale_core.records.checkpoints import Checkpoint
@@ -104,7 +104,9 @@ def _matrix(cfg: WhaleConfig, spec: CompareSpec, outcomes: list[RunOutcome], arc
     seed_h = seed_harness(cfg, suite_of(cfg.suite))
     models = [MatrixModel("base", None, base, seed_h.sha)]
     models += [
-        MatrixModel(f"{o.label}/s{o.seed}", o.run_id, _policy_of(archive, base, o.final_checkpoint), o.final_harness)
+        MatrixModel(
+            f"{o.label}/s{o.seed}", o.run_id, _policy_of(archive, base, o.final_checkpoint, o.run_id), o.final_harness
+        )
         for o in done
         if o.final_harness
     ]

@@ -2,9 +2,11 @@
 (`whale_core.ascent.local.train_job`).
 
 ``weights`` carries the leg's own GRPO seed (the engine derives it); ``population``: the mitigation's extra harnesses
-(``weights.population``), chosen by the engine from the archive. The leg's ``out_dir`` is fixed by (run, iteration,
-generation), so a retry of this task — or a resumed run after a crash — finds the TRL checkpoints the interrupted
-attempt saved and continues from the last one, not from step 0.
+(``weights.population``), chosen by the engine from the archive. The leg's ``out_dir`` (relative to the home) is
+fixed by (run, iteration, generation), so a retry of this task — or a resumed run after a crash — finds the TRL
+checkpoints the interrupted attempt saved and continues from the last one, not from step 0. It is part of the cache
+key: a run's trained checkpoint lies in its own directory (two runs of one config each train their own; a moved home
+still hits the cache).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from whale_core.suites import SuiteConfig
 
 @task(
     name="grpo-update",
-    cache_key_fn=content_cache_key("out_dir"),
+    cache_key_fn=content_cache_key(),
     persist_result=True,
     retries=1,
     retry_delay_seconds=5,

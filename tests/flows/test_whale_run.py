@@ -4,7 +4,9 @@ Each run is a `whale` subprocess with its own project home; the tiny model is th
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -35,6 +37,14 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> 
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "test score" in res.stdout
     return {"env": env, "home": Path(env["WHALE_HOME"]), "run_id": "e2e", "started": started, "out": res.stdout}
+
+
+def _archive(home: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The home's archive, read as that home's (its paths are relative to it)."""
+    from whale_core.records.archive import Archive
+
+    monkeypatch.setenv("WHALE_HOME", str(home))
+    return Archive(f"sqlite:///{home / 'whale.db'}")
 
 
 def _client(home: Path) -> Any:
@@ -175,7 +185,7 @@ def test_resume_of_a_finished_run_is_fully_cached_and_never_imports_torch(finish
     assert _run_keys(home, run_id) == before  # re-attached to its MLflow runs: no duplicates
 
 
-def test_rerun_recomputes_only_that_leg(finished_run: dict[str, Any]) -> None:
+def test_rerun_recomputes_only_that_leg(finished_run: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     env, run_id = finished_run["env"], finished_run["run_id"]
     since = now()
     res = whale(env, "rerun", run_id, "--iteration", "1")
@@ -189,6 +199,31 @@ def test_rerun_recomputes_only_that_leg(finished_run: dict[str, Any]) -> None:
     assert set(by_iter["iter-00-harness"]) == {"Cached"}, by_iter
     assert set(by_iter["init"]) == {"Cached"}, by_iter
     assert "Cached" not in by_iter["iter-01-weights"] and by_iter["iter-01-weights"]["Completed"] >= 2, by_iter
+    # issue 30, item 7: the archive names the rerun's own copy (gen-1), as the summary does (was: gen-0 vs gen-2)
+    summary = json.loads((finished_run["home"] / "runs" / run_id / "summary.json").read_text())
+    ckpt = _archive(finished_run["home"], monkeypatch).find_checkpoint(summary["final_checkpoint"], run_id)
+    assert ckpt is not None and summary["final_adapter"] == ckpt.path and "/gen-1/" in ckpt.path, (summary, ckpt)
+
+
+def test_two_runs_of_one_config_each_own_their_outputs(
+    finished_run: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30, item 7: a second run of the same config in the same home got its weights leg from the first run's
+    cache (0 s), its final adapter under ``runs/<first run>/``: moving or deleting the first run broke the second's
+    reproduce line. Now each run trains into, and records, its own directory (the leg's directory is part of the
+    task's key)."""
+    env, home = finished_run["env"], finished_run["home"]
+    res = whale(env, "run", "--run-id", "e2e-twin", *_sets())
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    twin = json.loads((home / "runs" / "e2e-twin" / "summary.json").read_text())
+    assert twin["final_adapter"] and "/runs/e2e-twin/" in twin["final_adapter"], twin
+    held = _archive(home, monkeypatch).checkpoints("e2e-twin")
+    assert held and all("/runs/e2e-twin/" in c.path for c in held), held
+    shutil.move(home / "runs" / "e2e", tmp_path / "e2e-moved-away")  # the first run's directory is gone
+    try:
+        assert (Path(twin["final_adapter"]) / "whale_checkpoint.json").is_file()
+    finally:
+        shutil.move(tmp_path / "e2e-moved-away", home / "runs" / "e2e")
 
 
 def _legs_done(db: Path) -> int:

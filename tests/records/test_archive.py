@@ -159,11 +159,29 @@ def test_checkpoints_idempotent(archive: Archive) -> None:
     leg = archive.start_leg("r1", 0, "weights", incumbent_harness_in=seed, checkpoint_in="base")
     ck = archive.put_checkpoint("ck1", "r1", "/x/ck1", seed, parent_id="base", leg_id=leg.id, step=800)
     assert (ck.parent_id, ck.harness_sha, ck.step, ck.mlflow_model_id) == ("base", seed, 800, None)
-    same = archive.put_checkpoint("ck1", "r1", "/elsewhere", seed, mlflow_model_id="m-1")
+    same = archive.put_checkpoint("ck1", "r1", "/x/ck1", seed, mlflow_model_id="m-1")
     assert same.path == "/x/ck1" and same.mlflow_model_id == "m-1" and same.created == ck.created
     assert archive.find_checkpoint("ck1") == same
     assert archive.find_checkpoint("nope") is None
     assert [c.id for c in archive.checkpoints("r1")] == ["ck1"]
+
+
+def test_each_run_holds_its_own_copy_of_a_checkpoint(archive: Archive) -> None:
+    """Issue 30, item 7: a checkpoint's id is its content, so it can recur — a second run of one config trains the
+    same weights, a rerun trains a new generation of them. Each run's records name its own copy (the latest), so
+    deleting another run's directory breaks nothing and a rerun's archive agrees with its summary."""
+    archive.create_run("a", "weights-only", run_id="r1")
+    archive.create_run("b", "weights-only", run_id="r2")
+    seed = _harness(archive, "seed")
+    archive.put_checkpoint("ck1", "r1", "/runs/r1/iter-01-weights/gen-0/checkpoint", seed, step=8)
+    archive.put_checkpoint("ck1", "r2", "/runs/r2/iter-01-weights/gen-0/checkpoint", seed, step=8)
+    archive.put_checkpoint("ck1", "r1", "/runs/r1/iter-01-weights/gen-2/checkpoint", seed, step=8)  # a rerun
+    assert [(c.id, c.run_id, c.path) for c in archive.checkpoints("r1")] == [
+        ("ck1", "r1", "/runs/r1/iter-01-weights/gen-2/checkpoint")
+    ]
+    assert archive.find_checkpoint("ck1", "r2").path == "/runs/r2/iter-01-weights/gen-0/checkpoint"  # type: ignore[union-attr]
+    assert archive.find_checkpoint("ck1").path == "/runs/r1/iter-01-weights/gen-0/checkpoint"  # type: ignore[union-attr]
+    assert archive.find_checkpoint("ck1", "r3") == archive.find_checkpoint("ck1")  # a run that holds none: the first
 
 
 def test_evaluation_upsert_and_lookup(archive: Archive) -> None:

@@ -84,7 +84,8 @@ class TrainJob:
     """One GRPO update: from ``policy`` (its checkpoint applied to ``base``) against ``harness`` (and the
     mitigation's ``population``), with the leg's ``weights`` config (its ``seed`` already the leg's:
     `whale_core.seeds.weights_leg_seed`), at most
-    ``max_completions``, into ``out_dir`` (a retry or a resumed run continues from the TRL checkpoints there);
+    ``max_completions``, into ``out_dir`` (relative to the home when under it, so the job's identity survives a moved
+    home; a retry or a resumed run continues from the TRL checkpoints there);
     ``generation`` counts ``whale rerun``s of the leg (a new generation trains again)."""
 
     base: PolicyRef

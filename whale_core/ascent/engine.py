@@ -49,6 +49,7 @@ from whale_core.legs.scoring import ScoreBlock
 from whale_core.legs.selection import paired_test
 from whale_core.legs.weights_leg import WeightsLeg
 from whale_core.proposers.base import Proposal, ProposalContext
+from whale_core.records.portable import to_home
 from whale_core.records.refs import HarnessRef, PolicyRef
 
 if TYPE_CHECKING:
@@ -315,7 +316,7 @@ class BlockAscent:
         site = Site(f"grpo-update-iter{i}", i, refresh)
 
         def train(policy: PolicyRef, harness: HarnessRef, cap: int) -> Any:
-            job = TrainJob(self.base, policy, harness, weights, cap, str(out_dir), generation, population)
+            job = TrainJob(self.base, policy, harness, weights, cap, to_home(out_dir), generation, population)
             return self.calls.train(job, site)
 
         return WeightsLeg(

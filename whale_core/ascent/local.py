@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from whale_core.ascent.calls import Evaluation, ProposedText, Site, Split, TrainJob
 from whale_core.legs.scoring import ScoreBlock, problems_of, score_block
+from whale_core.records.portable import from_home
 from whale_core.records.refs import HarnessRef, PolicyRef, load_cached
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def train_job(job: TrainJob, suite: Suite, callbacks: Sequence[Any] = ()) -> Wei
     from whale_core.legs.weights_leg import train_pair
 
     return train_pair(
-        job.base, job.policy, job.harness, suite, job.weights, out_dir=Path(job.out_dir),
+        job.base, job.policy, job.harness, suite, job.weights, out_dir=Path(from_home(job.out_dir)),
         max_completions=job.max_completions, population=list(job.population), callbacks=callbacks,
     )  # fmt: skip
 

@@ -74,7 +74,7 @@ def reward_steps(archive: Archive, run_id: str, legs: Sequence[Any]) -> tuple[li
     for leg in sorted(legs, key=lambda x: x.iteration):
         if leg.kind != "weights" or leg.status != "done" or not leg.checkpoint_out:
             continue
-        ckpt = archive.find_checkpoint(leg.checkpoint_out)
+        ckpt = archive.find_checkpoint(leg.checkpoint_out, run_id)  # the run's own copy
         result = Path(ckpt.path).parent / "leg_result.json" if ckpt is not None else None
         try:
             steps = json.loads(result.read_text())["steps"] if result is not None else None

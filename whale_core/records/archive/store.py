@@ -54,6 +54,7 @@ from whale_core.records.archive.tables import (
     CheckpointRow,
     HarnessRow,
     RecordNotFound,
+    RunCheckpointRow,
     RunRow,
     RunStatus,
     SchemaVersionError,
@@ -386,9 +387,11 @@ class Archive(RunHistory):
         step: int | None = None,
         mlflow_model_id: str | None = None,
     ) -> CheckpointRecord:
-        """Store a checkpoint under its content id; idempotent (an existing id is returned unchanged, except that a
-        missing ``mlflow_model_id`` is filled in). A ``path`` under the home is stored relative to it
-        (`whale_core.records.portable`); records read it back absolute, under the current home."""
+        """Store a checkpoint under its content id, and ``run_id``'s own copy of it at ``path``. The checkpoint row
+        is written once (later calls only fill a missing ``mlflow_model_id``); the run's row names the run's latest
+        copy (a rerun's new generation replaces the old one). A ``path`` under the home is stored relative to it
+        (`whale_core.records.portable`); records read it back absolute, under the current home. Returns the
+        checkpoint as ``run_id`` holds it."""
 
         def put() -> CheckpointRecord:
             with self._write() as s:
@@ -402,17 +405,42 @@ class Archive(RunHistory):
                     s.add(row)
                 elif row.mlflow_model_id is None and mlflow_model_id is not None:
                     row.mlflow_model_id = mlflow_model_id
+                own = s.get(RunCheckpointRow, (run_id, checkpoint_id))
+                if own is None:
+                    own = RunCheckpointRow(run_id=run_id, checkpoint_id=checkpoint_id, path=to_home(path),
+                                           created=_now())  # fmt: skip
+                    s.add(own)
+                else:
+                    own.path = to_home(path)
                 s.flush()
-                return _record(CheckpointRecord, row)
+                return _record(CheckpointRecord, row, run_id=run_id, path=own.path)
 
         return _once_more_on_race(put)
 
-    def find_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
+    def find_checkpoint(self, checkpoint_id: str, run_id: str | None = None) -> CheckpointRecord | None:
+        """A checkpoint by content id: as ``run_id`` holds it (its own copy's path) when given and held, else as first
+        stored."""
         with self._read() as s:
             row = s.get(CheckpointRow, checkpoint_id)
-            return None if row is None else _record(CheckpointRecord, row)
+            if row is None:
+                return None
+            own = s.get(RunCheckpointRow, (run_id, checkpoint_id)) if run_id is not None else None
+            if own is None:
+                return _record(CheckpointRecord, row)
+            return _record(CheckpointRecord, row, run_id=run_id, path=own.path)
 
     def checkpoints(self, run_id: str) -> list[CheckpointRecord]:
-        q = select(CheckpointRow).where(CheckpointRow.run_id == run_id).order_by(CheckpointRow.created)
+        """The checkpoints a run holds, oldest first, each at the run's own copy (archives written before the
+        per-run rows: the checkpoints first stored by the run)."""
         with self._read() as s:
-            return [_record(CheckpointRecord, r) for r in s.scalars(q)]
+            owned = s.execute(
+                select(CheckpointRow, RunCheckpointRow.path)
+                .join(RunCheckpointRow, RunCheckpointRow.checkpoint_id == CheckpointRow.id)
+                .where(RunCheckpointRow.run_id == run_id)
+                .order_by(RunCheckpointRow.created)
+            ).all()
+            out = [_record(CheckpointRecord, row, run_id=run_id, path=path) for row, path in owned]
+            seen = {c.id for c in out}
+            q = select(CheckpointRow).where(CheckpointRow.run_id == run_id).order_by(CheckpointRow.created)
+            out += [_record(CheckpointRecord, r) for r in s.scalars(q) if r.id not in seen]
+            return out

@@ -128,6 +128,18 @@ class CheckpointRow(Base):
     mlflow_model_id: Mapped[str | None] = mapped_column(String(64))
 
 
+class RunCheckpointRow(Base):
+    """Where a run holds a checkpoint: its own copy. A checkpoint's id is its content, so one id can belong to several
+    runs (two runs of one config) or to one run twice (``whale rerun`` trains a new generation): `CheckpointRow` keeps
+    the first copy, this row each run's latest. Added beside the version-1 tables (an older archive gains it empty)."""
+
+    __tablename__ = "run_checkpoints"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    checkpoint_id: Mapped[str] = mapped_column(ForeignKey("checkpoints.id"), primary_key=True)
+    path: Mapped[str] = mapped_column(Text)
+    created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class EvaluationRow(Base):
     __tablename__ = "evaluations"
     __table_args__ = (
