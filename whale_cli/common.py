@@ -10,6 +10,7 @@ level, so that ``whale --help`` stays fast.
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -157,13 +158,29 @@ def resolve_config(
     return load_config(config, list(sets or []), flags=given, defaults=defaults)
 
 
-def console() -> Any:
-    """The console every command prints through. Markup is off: text that came from a proposer, a file or a user
-    (a harness name, a rejection reason, an error) prints literally — ``[/x]`` is those four characters, never a style
-    or a `MarkupError`. Styling is explicit: `styled` pieces."""
-    from rich.console import Console
+_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
-    return Console(markup=False)
+
+def visible(text: str) -> str:
+    """``text`` with every control character (but newline and tab) and every bidirectional override written as a
+    visible escape (``\\x1b``, ``\\u202e``): text from a proposer, a file or a user cannot move the cursor, recolour
+    the terminal or reorder what is shown."""
+    return _INVISIBLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def console() -> Any:
+    """The console every command prints through: the one place untrusted text is rendered. Markup is off: text that
+    came from a proposer, a file or a user (a harness name, a rejection reason, an error) prints literally — ``[/x]``
+    is those four characters, never a style or a `MarkupError`; its control characters print as escapes (`visible`),
+    whatever renders them (a line, a table cell, a progress line). Styling is explicit: `styled` pieces."""
+    from rich.console import Console
+    from rich.segment import Segment
+
+    class LiteralConsole(Console):
+        def _render_buffer(self, buffer: Any) -> str:  # rich's one join of what is printed
+            return str(super()._render_buffer(s if s.control else Segment(visible(s.text), s.style) for s in buffer))
+
+    return LiteralConsole(markup=False)
 
 
 def styled(text: str, style: str) -> Any:

@@ -39,8 +39,10 @@ def print_error(message: str) -> None:
     """``error: <message>`` on one line of stderr: no rich markup (a message may quote ``[...]``), no wrapping at the
     terminal's width, and a multi-line message (a YAML parser's, pydantic's) joined with ``; `` (after a colon: a
     space)."""
+    from whale_cli.common import visible
+
     text = ""
-    for line in (x.strip() for x in message.splitlines()):
+    for line in (visible(x).strip() for x in message.splitlines()):
         if line:  # "invalid configuration:" + "unknown key …" reads as one sentence, other lines as a list
             text += (" " if text.endswith(":") else "; " if text else "") + line
     typer.secho("error:", fg=typer.colors.RED, bold=True, err=True, nl=False)  # colour only on a terminal

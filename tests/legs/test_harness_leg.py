@@ -265,3 +265,30 @@ def test_a_budget_cut_leg_rejects_a_winner_inside_the_corrected_noise(
     assert res.paired is not None and res.paired.n == 20 and not res.paired.accept
     assert "threshold z=2.498" in res.paired.reason
     assert [d.kind for d in archive.decisions(run_id)] == ["reject"]
+
+
+class RejectsItsOwn:
+    """A proposer that itself rejects a parseable block, in its raw (non-canonical) form — the LLM proposer's
+    ``more than k candidates in the reply`` — beside one valid candidate."""
+
+    def __init__(self, seed: Harness) -> None:
+        self.seed = seed
+
+    def propose(self, context: ProposalContext, k: int) -> list[Proposal]:
+        raw = self.seed.evolve(instruction="Spare.").text.replace(": ", ":   ")  # parses; not the canonical text
+        good = self.seed.evolve(fewshot={"k": 1})
+        return [Proposal(good.text, good, "valid", None, "x"), Proposal(raw, None, "rejected", "more than k", "x")]
+
+
+def test_a_proposal_its_proposer_rejected_is_stored_raw(suite: Any, seed: Harness, tmp_path: Path) -> None:
+    """Found by the hostile matrix (issue 30): a reply of 20,000 blocks ended the leg with 'candidate text differs
+    from stored harness' — the gate parsed a proposer-rejected block into a harness row, then stored the raw text
+    against it. A proposer's own rejection keeps its raw text and no harness."""
+    table = {seed.sha: [0.0] * 40}
+    _, archive, run_id = _leg(
+        None, seed, suite, SearchConfig(candidates=2, rounds=[20, 40]), tmp_path, proposer=RejectsItsOwn(seed),
+        roll_many=_constructed(suite, {**table, seed.evolve(fewshot={"k": 1}).sha: [0.0] * 40}), policy_id="p0",
+    )  # fmt: skip
+    rejected = [c for c in archive.candidates(run_id) if c.status == "rejected"]
+    assert [(c.harness_sha, c.reason) for c in rejected] == [(None, "more than k")]
+    assert rejected[0].text is not None and ":   " in rejected[0].text

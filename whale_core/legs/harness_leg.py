@@ -318,12 +318,14 @@ class _Attempt:
             if h is not None and h.sha in self.valid:
                 reason, h = "duplicate of another candidate or the incumbent", None
             if checked.status != "valid" or h is None:
-                kept = checked.harness or _parsed(p)
-                if kept is not None:  # a harness rejected here (a duplicate, the restriction): keep its text
+                # a harness this gate rejected (a duplicate, the restriction) keeps its sha and canonical text; a
+                # proposal its proposer rejected keeps its raw text only
+                kept = checked.harness or (_parsed(p) if p.status == "valid" else None)
+                if kept is not None:
                     self.rec.harness(kept)
                 sha = kept.sha if kept is not None else None
-                self.rec.candidate(sha, inc.sha, p.proposer, "rejected", reason, text=checked.text)
                 text = kept.text if kept is not None else checked.text
+                self.rec.candidate(sha, inc.sha, p.proposer, "rejected", reason, text=text)
                 self.rows.append([sha, text, inc.sha, "rejected", reason or ""])
                 self.outcomes.append(CandidateOutcome(sha, None, "rejected", reason))
                 continue
