@@ -128,6 +128,8 @@ def rerun_iteration(run_id: str, iteration: int, archive_url: str | None = None)
             f"run {run_id!r} has {which}: --iteration {iteration} is not one of them "
             f"(a run that has not reached it continues with `whale resume {run_id}`)"
         )
+    with exclusive(whale_home() / "runs" / run_id / ".lock", f"run {run_id!r}", RunBusyError):
+        pass  # another process drives the run: refuse before recording the rerun (the flow takes the lock itself)
     generation = 1 + sum(1 for d in archive.decisions(run_id) if d.kind == "rerun" and d.iteration == iteration)
     Recorder(archive, run_id=run_id).decide(
         iteration, "rerun", f"rerun of iteration {iteration} requested", {"generation": generation}

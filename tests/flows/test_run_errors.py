@@ -107,5 +107,6 @@ def test_a_second_driver_of_a_run_stops_before_it_writes(home_with_a_run: tuple[
     lock = Path(env["WHALE_HOME"]) / "runs" / "r1" / ".lock"
     with exclusive(lock, "run 'r1'"):  # this process drives r1 now
         line = _one_line_error(whale(env, "resume", "r1", timeout=300), "run 'r1' is being driven by pid ")
+        _one_line_error(whale(env, "rerun", "r1", "--iteration", "1", timeout=300), "is being driven by pid ")
     assert str(os.getpid()) in line
     assert (archive.get_run("r1").status, len(archive.legs("r1")), len(archive.decisions("r1"))) == before
