@@ -1,9 +1,11 @@
 """A test hook that kills the process at a named point of a task: how the fault-matrix tests crash a run precisely.
 
-``WHALE_FAULT=<point>[:<n>]`` makes the process SIGKILL itself the ``n``-th time (default 1) it reaches ``point``:
-its whole process group when it leads one (a ``whale`` command started in its own session: the run and its
-temporary Prefect server die together, as with ``kill -9 -PGID``), else itself alone (the server then dies with it,
-see ``flows/prefect_server.py``). Unset — always, outside tests — every call here is a dictionary lookup.
+``WHALE_FAULT=<point>[:<n>][@<signal>]`` makes the process signal itself the ``n``-th time (default 1) it reaches
+``point``. ``KILL`` (the default): SIGKILL to its whole process group when it leads one (a ``whale`` command started
+in its own session, as with ``kill -9 -PGID``), else to itself alone (its temporary Prefect server, in a session of
+its own, dies with it: ``flows/prefect_server.py``). ``TERM``: SIGTERM to itself, as ``kill PID`` does. ``INT``:
+SIGINT to its process group, as a terminal's Ctrl-C does. Unset — always, outside tests — every call here is a
+dictionary lookup.
 
 The points sit where a crash loses work: at the end of a task's body, after its work and before it returns (so
 Prefect has not stored the result), or inside a GRPO update:
@@ -46,15 +48,23 @@ _lock = threading.Lock()
 _reached: dict[str, int] = {}
 
 
-def armed() -> tuple[str, int] | None:
-    """The point and occurrence ``WHALE_FAULT`` names, or None. A name that is not a point raises ValueError."""
+SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "INT": signal.SIGINT}
+
+
+def armed() -> tuple[str, int, str] | None:
+    """The point, occurrence and signal ``WHALE_FAULT`` names, or None. A name that is not a point or a signal raises
+    ValueError."""
     spec = os.environ.get(ENV)
     if not spec:
         return None
-    name, _, count = spec.partition(":")
-    if name not in POINTS or (count and not count.isdigit()):
-        raise ValueError(f"{ENV}={spec!r}: expected <point>[:<n>] with a point among {sorted(POINTS)}")
-    return name, int(count or 1)
+    where, _, sig = spec.partition("@")
+    name, _, count = where.partition(":")
+    if name not in POINTS or (count and not count.isdigit()) or (sig or "KILL") not in SIGNALS:
+        raise ValueError(
+            f"{ENV}={spec!r}: expected <point>[:<n>][@<signal>] with a point among {sorted(POINTS)} and a signal "
+            f"among {sorted(SIGNALS)}"
+        )
+    return name, int(count or 1), sig or "KILL"
 
 
 def point(name: str) -> None:
@@ -66,11 +76,22 @@ def point(name: str) -> None:
             _reached[name] = _reached.get(name, 0) + 1
             hit = _reached[name] == target[1]
         if hit:
-            if os.getpgrp() == os.getpid():
-                os.killpg(os.getpid(), signal.SIGKILL)
-            os.kill(os.getpid(), signal.SIGKILL)
+            _signal(target[2])
     if os.environ.get(JOURNAL) and not name.startswith("grpo-update-"):
         _journal(name)
+
+
+def _signal(sig: str) -> None:
+    """Send ``sig`` (a `SIGNALS` name) as described in the module docstring."""
+    leader = os.getpgrp() == os.getpid()
+    if sig == "TERM":
+        os.kill(os.getpid(), signal.SIGTERM)
+    elif sig == "INT":
+        os.killpg(os.getpgrp(), signal.SIGINT) if leader else os.kill(os.getpid(), signal.SIGINT)
+    else:
+        if leader:
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _journal(name: str) -> None:

@@ -3,6 +3,7 @@ ending with the run's summary (test scores before and after, legs, report, where
 
 from __future__ import annotations
 
+import signal
 from typing import Annotated, Any
 
 import typer
@@ -84,12 +85,14 @@ def _run(summary_of: Any, run_id: str, verbose: bool) -> None:
     try:
         with run_console(console(), log, verbose):
             summary = summary_of()
-    except KeyboardInterrupt:  # Ctrl-C: one line, and the run is resumable (what finished is kept)
+    except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, SIGTERM: one line, and the run is resumable
+        if isinstance(exc, SystemExit) and exc.code != 128 + signal.SIGTERM:
+            raise
         from whale_cli.guard import print_error
 
         kept = f"what it finished is kept: `whale resume {run_id}` continues it"
         print_error(f"interrupted: run {run_id} stopped; {kept}")
-        raise typer.Exit(130) from None
+        raise typer.Exit(130 if isinstance(exc, KeyboardInterrupt) else 128 + signal.SIGTERM) from None
     if not verbose:
         summary = {**summary, "log": str(log)}
     print_summary(summary)
