@@ -4,8 +4,10 @@
 ``point``. ``KILL`` (the default): SIGKILL to its whole process group when it leads one (a ``whale`` command started
 in its own session, as with ``kill -9 -PGID``), else to itself alone (its temporary Prefect server, in a session of
 its own, dies with it: ``flows/prefect_server.py``). ``TERM``: SIGTERM to itself, as ``kill PID`` does. ``INT``:
-SIGINT to its process group, as a terminal's Ctrl-C does. Unset — always, outside tests — every call here is a
-dictionary lookup.
+SIGINT to its process group, as a terminal's Ctrl-C does. ``FULL``: no signal; the disk fills for real — a file
+``.whale-fault-full`` grows in the directory ``WHALE_FAULT_FILL`` names until the file system says ENOSPC — and the
+run goes on to its next write there (a test mounts a small tmpfs for the one store it fills: checkpoints, traces, the
+archive, MLflow). Unset — always, outside tests — every call here is a dictionary lookup.
 
 The points sit where a crash loses work: at the end of a task's body, after its work and before it returns (so
 Prefect has not stored the result), or inside a GRPO update:
@@ -49,6 +51,9 @@ _reached: dict[str, int] = {}
 
 
 SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "INT": signal.SIGINT}
+ACTIONS = frozenset({*SIGNALS, "FULL"})
+FILL = "WHALE_FAULT_FILL"
+BALLOON = ".whale-fault-full"
 
 
 def armed() -> tuple[str, int, str] | None:
@@ -59,17 +64,18 @@ def armed() -> tuple[str, int, str] | None:
         return None
     where, _, sig = spec.partition("@")
     name, _, count = where.partition(":")
-    if name not in POINTS or (count and not count.isdigit()) or (sig or "KILL") not in SIGNALS:
+    if name not in POINTS or (count and not count.isdigit()) or (sig or "KILL") not in ACTIONS:
         raise ValueError(
-            f"{ENV}={spec!r}: expected <point>[:<n>][@<signal>] with a point among {sorted(POINTS)} and a signal "
-            f"among {sorted(SIGNALS)}"
+            f"{ENV}={spec!r}: expected <point>[:<n>][@<action>] with a point among {sorted(POINTS)} and an action "
+            f"among {sorted(ACTIONS)}"
         )
     return name, int(count or 1), sig or "KILL"
 
 
 def point(name: str) -> None:
-    """Reached ``name``: SIGKILL this process (group) if ``WHALE_FAULT`` arms it for this occurrence; else, at the
-    end of a task's body, note the task's work as done in ``WHALE_FAULT_JOURNAL`` (when set)."""
+    """Reached ``name``: signal this process (group), or fill the disk, if ``WHALE_FAULT`` arms it for this
+    occurrence; else, at the end of a task's body, note the task's work as done in ``WHALE_FAULT_JOURNAL`` (when
+    set)."""
     target = armed()
     if target is not None and target[0] == name:
         with _lock:
@@ -84,7 +90,9 @@ def point(name: str) -> None:
 def _signal(sig: str) -> None:
     """Send ``sig`` (a `SIGNALS` name) as described in the module docstring."""
     leader = os.getpgrp() == os.getpid()
-    if sig == "TERM":
+    if sig == "FULL":
+        _fill(os.environ[FILL])
+    elif sig == "TERM":
         os.kill(os.getpid(), signal.SIGTERM)
     elif sig == "INT":
         os.killpg(os.getpgrp(), signal.SIGINT) if leader else os.kill(os.getpid(), signal.SIGINT)
@@ -92,6 +100,17 @@ def _signal(sig: str) -> None:
         if leader:
             os.killpg(os.getpid(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _fill(directory: str) -> None:
+    """Grow ``directory/.whale-fault-full`` until its file system is full (ENOSPC), down to the last 4 KiB."""
+    chunk = 1 << 20
+    with open(os.path.join(directory, BALLOON), "ab", buffering=0) as f:
+        while chunk >= 4096:
+            try:
+                f.write(b"\0" * chunk)
+            except OSError:
+                chunk //= 2
 
 
 def _journal(name: str) -> None:

@@ -29,6 +29,12 @@ from whale_core.errors import WhaleError
 __all__ = ["CliError", "GuardedGroup", "print_error"]
 
 _ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+# SQLite's own words for an errno it does not pass on (SQLITE_FULL, SQLITE_READONLY), as sqlite3 and SQLAlchemy,
+# and MLflow after them, quote them
+_SQLITE_MESSAGES = {
+    "database or disk is full": errno.ENOSPC,
+    "attempt to write a readonly database": errno.EROFS,
+}
 
 
 class CliError(WhaleError, ValueError):
@@ -62,6 +68,8 @@ class GuardedGroup(TyperGroup):
             where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
             print_error(f"{exc.format_message()} (see `{where} --help`)")
             raise typer.Exit(exc.exit_code) from None
+        except typer.Exit:  # a command's own exit (it printed its line), whatever it was raised from
+            raise
         except Exception as exc:
             cause = environment_cause(exc)
             if cause is None:
@@ -73,7 +81,8 @@ class GuardedGroup(TyperGroup):
 def environment_cause(exc: BaseException) -> str | None:
     """What the environment did, when ``exc`` or an exception it was raised from is one the user must fix (a full disk
     or quota, a read-only file system, no permission): an `OSError` with such an errno, or a library's own error that
-    carries the system's message (safetensors' ``SafetensorError: ... No space left on device``). None otherwise."""
+    carries the system's message (safetensors' ``SafetensorError: ... No space left on device``) or SQLite's (``database
+    or disk is full``, through SQLAlchemy or MLflow). None otherwise."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
@@ -85,5 +94,8 @@ def environment_cause(exc: BaseException) -> str | None:
         for code in _ENVIRONMENT_ERRNOS:
             if os.strerror(code) in text:
                 return f"{os.strerror(code)} ({type(cur).__name__}: {text[:200]})"
+        for words, code in _SQLITE_MESSAGES.items():
+            if words in text:
+                return f"{os.strerror(code)} ({type(cur).__name__}: {words})"
         cur = cur.__cause__ or cur.__context__
     return None

@@ -13,6 +13,7 @@ import contextlib
 import io
 import logging
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,6 +76,26 @@ def _console_handler(h: logging.Handler) -> bool:
     return not isinstance(getattr(h, "stream", None), io.StringIO)
 
 
+class RunLog(logging.FileHandler):
+    """The run's ``whale.log``. When the file cannot be written (a full disk, a quota, a file system gone read-only)
+    it says so once on stderr and writes nothing more, instead of logging's "--- Logging error ---" and a traceback
+    per record: the run's own error, if its work hits the same disk, is the one line that matters."""
+
+    broken = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.broken:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError):
+            super().handleError(record)
+            return
+        self.broken = True
+        sys.stderr.write(f"note: the log {self.baseFilename} stops here: {exc.strerror or exc}\n")
+
+
 @contextlib.contextmanager
 def leg_console(console: Any) -> Iterator[None]:
     """Show progress events on ``console`` for the duration, and nothing else changed (``whale search``, ``whale
@@ -103,7 +124,7 @@ def run_console(console: Any, log_path: Path | None, verbose: bool = False) -> I
         import transformers.utils.logging as tf_logging
 
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        file_handler = logging.FileHandler(log_path, encoding="utf-8")
+        file_handler = RunLog(log_path, encoding="utf-8")
         from prefect.logging.formatters import PrefectFormatter
 
         file_handler.setFormatter(  # Prefect's own line shapes ("Task run 'grpo-update-iter1' - Finished ...")

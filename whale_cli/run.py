@@ -93,6 +93,14 @@ def _run(summary_of: Any, run_id: str, verbose: bool) -> None:
         kept = f"what it finished is kept: `whale resume {run_id}` continues it"
         print_error(f"interrupted: run {run_id} stopped; {kept}")
         raise typer.Exit(130 if isinstance(exc, KeyboardInterrupt) else 128 + signal.SIGTERM) from None
+    except Exception as exc:  # a full disk, a read-only file system: the guard's line, and how to go on
+        from whale_cli.guard import environment_cause, print_error
+
+        cause = environment_cause(exc)
+        if cause is None:
+            raise
+        print_error(f"{cause}: free space, then `whale resume {run_id}` continues the run (what it finished is kept)")
+        raise typer.Exit(2) from None
     if not verbose:
         summary = {**summary, "log": str(log)}
     print_summary(summary)
