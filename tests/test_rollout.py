@@ -92,6 +92,20 @@ def test_unparsable_completion_scores_zero(tiny_policy: Any, arith: Any, problem
         assert len(t.completions) == 1
 
 
+def test_number_new_skips_the_problems_own_numbers(tiny_policy: Any, arith: Any, problems: list) -> None:
+    from whale_core.harness.parse import echoed_numbers
+
+    h = Harness.from_text(REVERSED).evolve(parse=[{"number": "new"}], answer={"reverse": False})
+    r = rollout(tiny_policy, h, arith, problems[:8])
+    for p, t in zip(problems[:8], r.traces, strict=True):
+        echoed = echoed_numbers(p.fields.values())
+        assert echoed  # every arith problem writes its operands
+        if t.answer is None:
+            assert t.error is not None and "not in the problem" in t.error
+        else:
+            assert t.answer not in echoed, (p.fields, t.completions)
+
+
 class _FlakyScorer:
     """The arith suite, but its scorer raises on one problem."""
 

@@ -240,7 +240,7 @@ def _trace(
     first_error: str | None = None
     for c in completions:
         try:
-            parsed.append(harness.parse_answer(c))
+            parsed.append(harness.parse_answer(c, p))
         except AnswerParseError as exc:
             parsed.append(None)
             first_error = first_error or f"parse: {exc}"

@@ -6,6 +6,7 @@ import pytest
 
 from whale_core.harness import AnswerParseError, Harness, regexes
 from whale_core.harness import parse as hparse
+from whale_core.suites.base import Problem
 
 
 def _h(answer: str = "{}", parse: str = "[]", stop: str = "[]") -> Harness:
@@ -96,3 +97,52 @@ def test_probe_catches_slow_regex_the_static_check_misses(monkeypatch):
     problem = regexes.check_pattern("(a|aa)+$")
     assert problem is not None and "too slow" in problem
     assert regexes.check_pattern(r"^\s*(-?[0-9]+)") is None
+
+
+# ------------------------------------------------------------------------- number / after steps (issue 35's parses)
+SEQ = Problem("s", {"question": "What number comes next? 16, 17, 18, 19, ?"}, "20")
+
+
+@pytest.mark.parametrize(
+    ("parse", "completion", "expected"),
+    [
+        ("[{number: first}]", " 16, 17, 18, 19, 20, 21", "16"),
+        ("[{number: last}]", " so it is 7, no: 9.5\n", "9.5"),
+        ("[{number: new}]", " 16, 17, 18, 19, 20, 21", "20"),  # the echo of the question skipped
+        ("[{number: new}]", " -19 then 22", "-19"),  # '-19' is not what the problem wrote ('19')
+        ("[{after: 'answer is'}, {number: first}]", " 3 + 4, so the answer is 7 (not 3)", "7"),
+        ("[{after: '='}]", "2+2 = 4", "4"),
+    ],
+)
+def test_number_and_after_steps(parse: str, completion: str, expected: str) -> None:
+    assert _h(parse=parse).parse_answer(completion, SEQ) == expected
+
+
+def test_number_new_without_a_problem_skips_nothing_and_never_reads_the_answer() -> None:
+    h = _h(parse="[{number: new}]")
+    assert h.parse_answer(" 16, 17, 20") == "16"
+    blind = Problem("s", SEQ.fields, "withheld")
+    assert h.parse_answer(" 16, 17, 18, 19, 20", blind) == h.parse_answer(" 16, 17, 18, 19, 20", SEQ) == "20"
+
+
+@pytest.mark.parametrize(
+    ("parse", "completion", "needle"),
+    [
+        ("[{number: new}]", " 16, 17, 18", "no number that is not in the problem"),
+        ("[{number: last}]", " none here", "number: no number"),
+        ("[{after: 'answer is'}]", " 7", "'answer is' is not in"),
+    ],
+)
+def test_number_and_after_failures(parse: str, completion: str, needle: str) -> None:
+    with pytest.raises(AnswerParseError) as info:
+        _h(parse=parse).parse_answer(completion, SEQ)
+    assert needle in str(info.value)
+
+
+@pytest.mark.parametrize("step", ["{number: middle}", "{number: 1}", "{after: ''}", f"{{after: '{'x' * 33}'}}"])
+def test_bad_number_and_after_steps_name_the_field(step: str) -> None:
+    from whale_core.harness import HarnessError
+
+    with pytest.raises(HarnessError) as info:
+        _h(parse=f"[{step}]")
+    assert "parse" in str(info.value)

@@ -157,3 +157,19 @@ def test_similar_demos_share_the_problem_shape_first():
     assert len(str(third["a"])) + len(str(third["b"])) == 4 and got == h.select_demos(problem, pool, seed=0)
     same = pool[4]  # a pool problem never gets itself as a demo
     assert same.id not in {d.id for d in h.select_demos(same, pool, seed=0)}
+
+
+def test_prefix_follows_the_rendered_prompt_in_both_modes_and_only_when_set_enters_the_text() -> None:
+    h = Harness.from_text(TEXT)
+    with_prefix = h.evolve(prefix=" The answer is")
+    problem = Problem("q", {"a": 12, "b": 34}, "46")
+    assert with_prefix.render(problem, []) == "Add. 12+34= The answer is"
+    assert "prefix" not in h.text and "prefix: ' The answer is'" in with_prefix.text
+    assert Harness.from_text(with_prefix.text).sha == with_prefix.sha != h.sha
+    assert with_prefix.evolve(prefix="").sha == h.sha  # a harness without a prefix keeps its old text and sha
+    chat = Harness.from_text(CHAT).evolve(prefix="Result:")
+    out = chat.render(Problem("q", {"a": 5, "b": 6}, "11"), [], tokenizer=FakeChatTokenizer())
+    assert out.endswith("<user>5+6=</user><assistant>Result:")
+    with pytest.raises(HarnessError) as info:
+        h.evolve(prefix="x" * 201)
+    assert "prefix" in str(info.value)

@@ -114,7 +114,7 @@ def safetensors(path: Path) -> dict[str, Any]:
 class _Boom:
     """A harness whose parse pipeline has a bug (raises something that is not an AnswerParseError)."""
 
-    def parse_answer(self, completion: str) -> str:
+    def parse_answer(self, completion: str, problem: object = None) -> str:
         raise RuntimeError("bug in a user's parse step")
 
 
@@ -137,6 +137,8 @@ def test_task_score_reward_scores_known_completions(suite: Any) -> None:
     assert TaskScoreReward(plain, _BadScorer(), [p], stops=[])(completions=["579"], problem_id=[p.id]) == [0.0]
     with pytest.raises(KeyError, match="not in the leg"):
         r(completions=["1"], problem_id=["nope"])
+    new = TaskScoreReward(plain.evolve(parse=[{"number": "new"}]), suite, [p], stops=[])
+    assert new(completions=["123+456=579", "123 456", "579"], problem_id=[p.id] * 3) == [1.0, 0.0, 1.0]
 
 
 def test_similarity_reward_is_graded_and_never_raises(suite: Any) -> None:
@@ -182,7 +184,7 @@ class _CountingHarness:
         self.inner = inner
         self.parsed = 0
 
-    def parse_answer(self, completion: str) -> str:
+    def parse_answer(self, completion: str, problem: object = None) -> str:
         self.parsed += 1
         return self.inner.parse_answer(completion)
 
@@ -356,7 +358,7 @@ class _Recording(_CountingHarness):
         super().__init__(inner)
         self.seen: list[str] = []
 
-    def parse_answer(self, completion: str) -> str:
+    def parse_answer(self, completion: str, problem: object = None) -> str:
         self.seen.append(completion)
         return super().parse_answer(completion)
 

@@ -173,31 +173,36 @@ class Harness:
     def render(self, problem: Problem, demos: Sequence[Problem], tokenizer: Any = None) -> str:
         """The full model input. Text mode: demos (template + encoded answer) joined by ``fewshot.separator``, then
         the separator, then the problem. Chat mode: messages with demo pairs, through the tokenizer's
-        ``apply_chat_template(..., add_generation_prompt=True)``. Raises `RenderError` for this problem."""
+        ``apply_chat_template(..., add_generation_prompt=True)``. Either way ``prefix`` follows, literally: the text the
+        model continues from ("The answer is"). Raises `RenderError` for this problem."""
         s = self._spec
         if s.messages is None:
             assert s.template is not None
-            return _render.render_text_prompt(
+            text = _render.render_text_prompt(
                 s.template, s.instruction, s.fewshot.separator, problem, demos, self.encode_answer
             )
+            return text + s.prefix
         if tokenizer is None:
             raise RenderError("messages", "this harness is in chat mode (messages): render() needs a tokenizer")
         msgs = _chat.chat_messages(
             [(m.role, m.content) for m in s.messages], s.instruction, problem, demos, self.encode_answer
         )
-        return _chat.apply_template(tokenizer, msgs)
+        return _chat.apply_template(tokenizer, msgs) + s.prefix
 
     def encode_answer(self, gold: str) -> str:
         """The answer as written in demos (sign in front, then pad / reverse / sep)."""
         a = self._spec.answer
         return _parse.encode_answer(gold, a.reverse, a.pad, a.sep)
 
-    def parse_answer(self, completion: str) -> str:
-        """Cut at the first stop string, run the parse pipeline, undo the encoding. Raises `AnswerParseError`."""
+    def parse_answer(self, completion: str, problem: Problem | None = None) -> str:
+        """Cut at the first stop string, run the parse pipeline, undo the encoding. Raises `AnswerParseError`.
+        ``problem``: the problem the completion answers; its fields' numbers are what ``number: new`` skips (without
+        it, nothing counts as echoed). Its answer is never read."""
         s = self._spec
         steps = [p.step for p in s.parse]
         a = s.answer
-        return _parse.parse_completion(completion, steps, s.decoding.stop, a.reverse, a.pad, a.sep)
+        echoed = _parse.echoed_numbers(problem.fields.values()) if problem is not None else frozenset()
+        return _parse.parse_completion(completion, steps, s.decoding.stop, a.reverse, a.pad, a.sep, echoed=echoed)
 
 
 def _plain(value: Any) -> Any:

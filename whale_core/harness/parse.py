@@ -12,20 +12,41 @@ digit). Anything that yields nothing raises `AnswerParseError` with the reason.
 Steps: ``regex`` (first capture group, else the whole match; time-limited, see `regexes`), ``strip`` (true =
 whitespace, or a string of characters), ``remove`` (delete every occurrence), ``reverse``, ``lower``, ``upper``,
 ``first_line`` / ``last_line`` (first/last non-blank line), ``int`` (normalize an integer: sign, leading zeros,
-``,``/``_`` separators; fail if not an integer). Note that steps see the *encoded* text: with ``answer.reverse``,
-leading zeros are significant, so ``int`` there loses digits; use a regex instead.
+``,``/``_`` separators; fail if not an integer), ``number`` (one number of the text: ``first``, ``last``, or ``new``,
+the first number that does not appear in the problem's own fields — a model that echoes the question before it
+answers, "16, 17, 18, 19, 20", is parsed as 20 where the first number would be 16), ``after`` (the text after the
+last occurrence of a cue such as ``"answer is"`` or ``"="``; fail if the cue is absent). Note that steps see the
+*encoded* text: with ``answer.reverse``, leading zeros are significant, so ``int`` there loses digits; use a regex
+instead.
+
+What counts as echoed: the numbers written in the problem's fields (never its answer), compared as written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 
 from whale_core.harness.errors import AnswerParseError
 from whale_core.harness.regexes import RUN_TIMEOUT_S, timed_search
 
 Step = tuple[str, bool | str]  # (op, argument), e.g. ("regex", "^(-?[0-9]+)"), ("strip", True)
 
-STEP_OPS = ("regex", "strip", "remove", "reverse", "lower", "upper", "first_line", "last_line", "int")
+STEP_OPS = (
+    "regex", "strip", "remove", "reverse", "lower", "upper", "first_line", "last_line", "int", "number", "after",
+)  # fmt: skip
+NUMBER_PICKS = ("first", "last", "new")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def numbers_in(text: str) -> list[str]:
+    """The numbers written in ``text``, in order (``-3``, ``42``, ``2.5``)."""
+    return _NUMBER.findall(text)
+
+
+def echoed_numbers(fields: Iterable[object]) -> frozenset[str]:
+    """The numbers of a problem's field values: what a ``number: new`` step skips."""
+    return frozenset(n for v in fields for n in numbers_in(str(v)))
 
 
 def _split_sign(text: str) -> tuple[str, str]:
@@ -75,8 +96,20 @@ def _nonblank_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
-def apply_step(op: str, arg: bool | str, value: str, timeout: float = RUN_TIMEOUT_S) -> str:
-    """Apply one parse step to ``value``. A ``False`` argument is a no-op."""
+def _number(pick: str, value: str, echoed: frozenset[str]) -> str:
+    found = numbers_in(value)
+    if pick == "new":
+        found = [n for n in found if n not in echoed]
+    if not found:
+        more = " that is not in the problem" if pick == "new" else ""
+        raise AnswerParseError(f"number: no number{more} in {value[:40]!r}")
+    return found[-1] if pick == "last" else found[0]
+
+
+def apply_step(
+    op: str, arg: bool | str, value: str, timeout: float = RUN_TIMEOUT_S, echoed: frozenset[str] = frozenset()
+) -> str:
+    """Apply one parse step to ``value``. A ``False`` argument is a no-op. ``echoed``: the problem's numbers."""
     if arg is False:
         return value
     if op == "regex":
@@ -98,6 +131,14 @@ def apply_step(op: str, arg: bool | str, value: str, timeout: float = RUN_TIMEOU
         return lines[0] if op == "first_line" else lines[-1]
     if op == "int":
         return normalize_int(value)
+    if op == "number":
+        return _number(str(arg), value, echoed)
+    if op == "after":
+        cue = str(arg)
+        at = value.rfind(cue)
+        if at < 0:
+            raise AnswerParseError(f"after: {cue!r} is not in {value[:40]!r}")
+        return value[at + len(cue) :]
     raise AnswerParseError(f"unknown parse step {op!r}")
 
 
@@ -119,14 +160,16 @@ def parse_completion(
     pad: int,
     sep: str,
     timeout: float = RUN_TIMEOUT_S,
+    echoed: frozenset[str] = frozenset(),
 ) -> str:
-    """Completion -> answer string: cut at stop, run the steps, strip, undo the encoding."""
+    """Completion -> answer string: cut at stop, run the steps, strip, undo the encoding. ``echoed``: the problem's
+    numbers (`echoed_numbers`), for ``number: new``."""
     value = cut_at_stop(completion, stop)
     if not steps:
         value = value.strip()
     for i, (op, arg) in enumerate(steps):
         try:
-            value = apply_step(op, arg, value, timeout)
+            value = apply_step(op, arg, value, timeout, echoed)
         except AnswerParseError as e:
             raise AnswerParseError(f"parse[{i}] {e.reason}") from None
     value = value.strip()

@@ -32,6 +32,7 @@ MAX_TEXT_BYTES = 16 * 1024
 MAX_INSTRUCTION_CHARS = 2000
 MAX_TEMPLATE_CHARS = 4000
 MAX_PARSE_STEPS = 32
+MAX_PREFIX_CHARS = 200
 MAX_MESSAGES = 16
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -79,6 +80,8 @@ class ParseStep(BaseModel):
     first_line: bool | None = None
     last_line: bool | None = None
     int_: bool | None = Field(default=None, alias="int")
+    number: Literal["first", "last", "new"] | None = None
+    after: Annotated[str, StringConstraints(min_length=1, max_length=32)] | None = None
 
     @model_validator(mode="after")
     def _one_key(self) -> ParseStep:
@@ -132,6 +135,7 @@ class HarnessSpec(BaseModel):
     instruction: str = Field(default="", max_length=MAX_INSTRUCTION_CHARS)
     template: str | None = Field(default=None, max_length=MAX_TEMPLATE_CHARS)
     messages: list[Message] | None = Field(default=None, min_length=1, max_length=MAX_MESSAGES)
+    prefix: str = Field(default="", max_length=MAX_PREFIX_CHARS)
     fewshot: FewShot = FewShot()
     answer: AnswerFormat = AnswerFormat()
     parse: list[ParseStep] = Field(default_factory=list, max_length=MAX_PARSE_STEPS)
@@ -296,6 +300,8 @@ def canonical_data(spec: HarnessSpec) -> dict[str, Any]:
         data["template"] = spec.template
     else:
         data["messages"] = [{"role": m.role, "content": m.content} for m in spec.messages or []]
+    if spec.prefix:  # only when set: a harness without one keeps the text (and sha) it had before the field existed
+        data["prefix"] = spec.prefix
     data["fewshot"] = spec.fewshot.model_dump()
     data["answer"] = spec.answer.model_dump()
     data["parse"] = [{op: arg} for op, arg in (s.step for s in spec.parse) if arg is not False]

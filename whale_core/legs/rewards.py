@@ -33,7 +33,7 @@ from whale_core.suites.base import Problem
 
 
 class _HarnessLike(Protocol):
-    def parse_answer(self, completion: str) -> str: ...
+    def parse_answer(self, completion: str, problem: Problem | None = None) -> str: ...
 
 
 class _SuiteLike(Protocol):
@@ -50,13 +50,15 @@ def completion_text(completion: Any) -> str:
     return str(completion)
 
 
-def parse_or_none(harness: _HarnessLike, completion: Any, stops: Sequence[str]) -> str | None:
+def parse_or_none(
+    harness: _HarnessLike, completion: Any, stops: Sequence[str], problem: Problem | None = None
+) -> str | None:
     """The harness-parsed answer of a completion (cut at the first stop string), or ``None`` if anything fails.
 
     TRL decoded the completion's tokens up to its first end token (the ids `whale_core.stops.end_token_ids` gave it),
     so with this cut the text is the one evaluation's `whale_core.stops.finish` makes of the same tokens."""
     try:
-        return harness.parse_answer(cut_at_stop(completion_text(completion), stops))
+        return harness.parse_answer(cut_at_stop(completion_text(completion), stops), problem)
     except Exception:  # parse errors, but also any bug in a user's parse pipeline: a reward never raises
         return None
 
@@ -82,13 +84,14 @@ class _ProblemReward(ABC):
         self.stops = tuple(stops)
         self.members = [(h, tuple(st)) for h, st in population] or [(harness, self.stops)]
 
-    def parse(self, completion: Any, member: int = 0) -> str | None:
-        """The answer of ``completion`` parsed by population member ``member`` (None when unparsable)."""
+    def parse(self, completion: Any, member: int = 0, problem: Problem | None = None) -> str | None:
+        """The answer of ``completion`` to ``problem`` parsed by population member ``member`` (None when
+        unparsable)."""
         try:
             harness, stops = self.members[member]
         except IndexError:
             raise IndexError(f"reward: harness_idx {member} is outside the population of {len(self.members)}") from None
-        return parse_or_none(harness, completion, stops)
+        return parse_or_none(harness, completion, stops, problem)
 
     def _problem(self, problem_id: str) -> Problem:
         try:
@@ -119,7 +122,7 @@ class TaskScoreReward(_ProblemReward):
         self.count = 0
 
     def one(self, completion: Any, problem: Problem, member: int = 0) -> float:
-        answer = self.parse(completion, member)
+        answer = self.parse(completion, member, problem)
         if answer is None:
             return 0.0
         try:
@@ -141,7 +144,7 @@ class SimilarityReward(_ProblemReward):
     __name__ = "answer_similarity"
 
     def one(self, completion: Any, problem: Problem, member: int = 0) -> float:
-        answer = self.parse(completion, member)
+        answer = self.parse(completion, member, problem)
         if answer is None:
             return 0.0
         return similarity(answer, problem.answer)

@@ -44,6 +44,8 @@ template: "{{ instruction }}\\n{{ a }}+{{ b }}="   # text mode: a Jinja2 templat
 messages:                        # OR chat mode (exactly one of template / messages): roles system (first only),
   - {role: system, content: "{{ instruction }}"}    #   user, assistant; the last message is a user message;
   - {role: user, content: "{{ a }}+{{ b }}="}       #   each content is a Jinja2 template
+prefix: " The answer is"         # optional (<= 200 chars): literal text after the rendered prompt, continued by
+                                 #   the model (not added to demos)
 fewshot: {k: 2, select: random, separator: "\\n"}  # k demos (0-16) from the train split; select: random|first|similar
 answer: {reverse: false, pad: 0, sep: ""}        # how answers are written in demos and by the model:
                                  #   pad: left-pad with zeros to this many characters (0 = none, <= 32);
@@ -56,6 +58,8 @@ parse:                           # steps turning the completion into the written
                                  #   remove: 'x' (delete every occurrence), reverse, lower, upper, first_line,
                                  #   last_line, int (normalize an integer; loses leading zeros, so not with
                                  #   reverse or pad): each written as {op: true}
+  - {after: 'answer is'}         #   after: the text after the last occurrence of a cue (<= 32 chars)
+  - {number: new}                #   number: first | last | new (the first number not written in the problem)
 decoding: {temperature: 0.0, top_p: 1.0, max_new_tokens: 32, stop: ["\\n"]}  # temperature 0-2 (0 = greedy);
                                  #   max_new_tokens 1-512; up to 4 stop strings (the completion is cut there)
 inference: {samples: 1, aggregate: majority}    # samples 1-32 completions per problem, combined by majority vote

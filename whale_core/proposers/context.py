@@ -221,7 +221,9 @@ FIELD_NOTES = {
     "answer": "how answers are written: reverse: true/false (digits last-first); pad: left-pad with zeros to this "
     "many characters (0 = none); sep: a separator between characters such as ' ' or ','",
     "parse": "a list of steps turning the model's text into the answer: {regex: '...'} (first capture group), "
-    "{strip: true}, {first_line: true}, {last_line: true}, {int: true}",
+    "{strip: true}, {first_line: true}, {last_line: true}, {int: true}, {after: 'answer is'} (the text after a cue), "
+    "{number: first|last|new} (new: the first number not written in the problem)",
+    "prefix": "text put after the prompt that the model continues from, e.g. ' The answer is' (empty = none)",
     "decoding": "temperature: 0 to 2 (0 = greedy); top_p; max_new_tokens: 1 to 512; stop: up to 4 stop strings",
     "inference": "samples: 1 to 32 completions per problem; aggregate: majority or first (samples > 1 needs "
     "temperature > 0)",
