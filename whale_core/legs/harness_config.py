@@ -69,6 +69,12 @@ class SearchConfig(BaseModel):
         "digit first).', the shipped tiny model's warm-up sentence) | paraphrase (words it never saw: the coupling "
         "check)",
     )
+    mutate_space: Literal["classic", "structural"] = Field(
+        "classic",
+        description="mutate: classic (instruction, answer encoding, few-shot, decoding, samples, normalization steps) "
+        "| structural (also the template's framing, stop strings, which number the parse takes, an answer prefix: "
+        "the format fixes a new task needs; whale_core/proposers/structure.py)",
+    )
     served: ServedConfig = Field(default_factory=ServedConfig)
 
     @field_validator("rounds")
@@ -86,7 +92,7 @@ def make_proposer(cfg: SearchConfig, seed: int) -> Proposer:
     if cfg.proposer == "mutate":
         from whale_core.proposers.mutate import MutateProposer
 
-        return MutateProposer(seed=seed, max_ops=cfg.max_ops, wording=cfg.mutate_wording)
+        return MutateProposer(seed=seed, max_ops=cfg.max_ops, wording=cfg.mutate_wording, space=cfg.mutate_space)
     if cfg.proposer.startswith("served:"):
         from whale_core.proposers.serve import resolve_served_model
         from whale_core.proposers.served import ServedProposer

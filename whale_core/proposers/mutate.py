@@ -21,6 +21,9 @@ incumbent). The operators are generic — none knows gold answers or any particu
   incumbent is not the seed; in prompt-weights mode only the instruction. A harness's score belongs to (harness,
   policy): under new weights, going back may be the best move.
 
+With ``space="structural"`` the operators of `whale_core.proposers.structure` join them: the template's framing,
+stop strings, which number the parse takes, an answer prefix.
+
 Every emitted candidate passes `check_candidate` and has a sha distinct from the incumbent, from every archive
 entry and from the other candidates. With ``restrict_to`` (prompt-weights mode) only operators whose fields lie
 inside it are used. Deterministic given (``seed``, ``context.seed``, ``context.iteration``, incumbent and archive
@@ -41,12 +44,14 @@ import yaml
 
 from whale_core.harness import Harness, HarnessError
 from whale_core.proposers.base import Proposal, ProposalContext, check_candidate, empty_usage
+from whale_core.proposers.structure import STRUCTURAL
 
 __all__ = [
     "ENCODING_PHRASES",
     "GENERIC_PHRASES",
     "OPERATORS",
     "PARAPHRASED_ENCODING_PHRASES",
+    "SPACES",
     "WORDINGS",
     "MutateProposer",
     "describe_encoding",
@@ -84,6 +89,7 @@ PARAPHRASED_ENCODING_PHRASES: tuple[str, ...] = (
     "Give the result with the leading digit first.",
 )
 WORDINGS: tuple[str, ...] = ("default", "paraphrase")
+SPACES: tuple[str, ...] = ("classic", "structural")
 
 _FORMAT_SENTENCE = re.compile(
     r"\b(revers\w*|backwards|last digit first|most significant|usual order|pad\w*|zeros?|separat\w*|digit by digit"
@@ -312,19 +318,33 @@ class MutateProposer:
     name = "mutate"
 
     def __init__(
-        self, seed: int = 0, max_ops: int = 2, max_attempts_per_candidate: int = 50, wording: str = "default"
+        self,
+        seed: int = 0,
+        max_ops: int = 2,
+        max_attempts_per_candidate: int = 50,
+        wording: str = "default",
+        space: str = "classic",
     ) -> None:
         if max_ops < 1:
             raise ValueError(f"MutateProposer: max_ops must be >= 1 (got {max_ops})")
         if wording not in WORDINGS:
             raise ValueError(f"MutateProposer: wording must be one of {', '.join(WORDINGS)} (got {wording!r})")
+        if space not in SPACES:
+            raise ValueError(f"MutateProposer: space must be one of {', '.join(SPACES)} (got {space!r})")
         self.seed = seed
         self.max_ops = max_ops
         self.max_attempts_per_candidate = max_attempts_per_candidate
         self.wording = wording
+        self.space = space
+        self.operators = {name: (op, fields) for name, (op, fields) in OPERATORS.items()}
+        self.weights = dict(_WEIGHTS)
+        if space == "structural":
+            for name, (op, fields, weight) in STRUCTURAL.items():
+                self.operators[name], self.weights[name] = (op, fields), weight
 
     def __repr__(self) -> str:
         extra = f", wording={self.wording!r}" if self.wording != "default" else ""
+        extra += f", space={self.space!r}" if self.space != "classic" else ""
         return f"MutateProposer(seed={self.seed}, max_ops={self.max_ops}{extra})"
 
     def _apply(self, name: str, spec: Spec, rng: random.Random, context: ProposalContext | None = None) -> bool:
@@ -332,7 +352,7 @@ class MutateProposer:
             assert context is not None and context.origin is not None
             origin = yaml.safe_load(context.origin)
             return op_undo(spec, rng, origin, context.restrict_to, self.wording)
-        op = OPERATORS[name][0]
+        op = self.operators[name][0]
         if name in ("instruction", "answer_encoding"):  # the operators that write encoding sentences
             return bool(op(spec, rng, self.wording))  # type: ignore[call-arg]
         return op(spec, rng)
@@ -371,10 +391,10 @@ class MutateProposer:
         parents = self._parents(context, incumbent)
         allowed = [
             name
-            for name, (_, fields) in OPERATORS.items()
+            for name, (_, fields) in self.operators.items()
             if context.restrict_to is None or fields <= context.restrict_to
         ]
-        weights = [_WEIGHTS[n] for n in allowed]
+        weights = [self.weights[n] for n in allowed]
         if context.origin is not None:
             allowed, weights = [*allowed, "undo"], [*weights, UNDO_WEIGHT]
         if not allowed or k <= 0:
