@@ -10,6 +10,7 @@ depends on the renderer: with none installed the records go wherever logging sen
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 LOGGER = logging.getLogger("whale.progress")
@@ -56,5 +57,10 @@ def leg_result(
             extra += f" ({took})"
     else:
         extra = f" ({took})"
-    emit(f"iter {iteration} {leg}: val {before:.3f} → {after:.3f}{extra}", "leg_result", iteration=iteration, leg=leg,
+    # one leg on its own (whale search, whale train) measures no val pair around it: no "val nan → nan"
+    scores = "" if math.isnan(before) or math.isnan(after) else f" val {before:.3f} → {after:.3f}"
+    if not scores and leg != "harness":
+        scores = " trained"
+    line = f"iter {iteration} {leg}:{scores}{extra}".replace(":,", ":", 1)
+    emit(line, "leg_result", iteration=iteration, leg=leg,
          before=before, after=after, seconds=seconds, accepted=accepted, candidates=candidates)  # fmt: skip

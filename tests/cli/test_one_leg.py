@@ -32,6 +32,7 @@ def test_search_runs_one_harness_leg_and_prints_names_literally(tmp_path: Path, 
                  "--set", "search.rounds=[16,40]", *SMALL)  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "harness leaderboard" in res.stdout and "completions; archive run search-" in res.stdout
+    assert "nan" not in res.stdout and "iter 0 harness: " in res.stdout  # one leg measures no val pair around it
     assert not (home / "prefect" / "prefect.db").exists()  # no orchestrator: the engine's calls ran in process
     run_id = res.stdout.rsplit("archive run ", 1)[1].split()[0]
     archive = Archive(f"sqlite:///{home / 'whale.db'}")
@@ -50,6 +51,7 @@ def test_train_runs_one_weights_leg_with_val_before_and_after(tmp_path: Path, mi
                  *grpo, *SMALL)  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "val score" in res.stdout and "→" in res.stdout
+    assert "nan" not in res.stdout
     summary_file = next((home / "runs").glob("train-*/summary.json"))
     summary = json.loads(summary_file.read_text())
     assert summary["n"] == 16 and summary["completions"] == 2 * 16 + 16  # two GRPO steps, then the val evaluation
