@@ -44,7 +44,7 @@ import yaml
 
 from whale_core.harness import Harness, HarnessError
 from whale_core.proposers.base import Proposal, ProposalContext, check_candidate, empty_usage
-from whale_core.proposers.structure import STRUCTURAL
+from whale_core.proposers.structure import STRUCTURAL, bundles
 
 __all__ = [
     "ENCODING_PHRASES",
@@ -401,6 +401,15 @@ class MutateProposer:
             return []
         seen = {context.incumbent.sha, incumbent.sha} | {entry.sha for entry in context.archive}
         out: list[Proposal] = []
+        if self.space == "structural" and (context.restrict_to is None or "template" in context.restrict_to):
+            for spec in bundles(yaml.safe_load(incumbent.text))[: max(1, k // 2)]:  # coverage first, half of k
+                text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
+                proposal = check_candidate(
+                    text, incumbent, context.restrict_to, proposer=self.name, parent=incumbent.sha
+                )
+                if proposal.harness is not None and proposal.harness.sha not in seen:
+                    seen.add(proposal.harness.sha)
+                    out.append(proposal)
         for _ in range(k * self.max_attempts_per_candidate):
             if len(out) == k:
                 break
