@@ -32,6 +32,7 @@ recognise keeps its framing.
 
 from __future__ import annotations
 
+import copy
 import random
 import re
 from typing import Any
@@ -91,6 +92,20 @@ def frame(core: str, framing: str) -> str:
     raise ValueError(f"unknown framing {framing!r} (one of {', '.join(FRAMINGS)})")
 
 
+def _reframe(spec: Spec, core: str, framing: str) -> None:
+    """Put ``core`` in ``framing``; the reasoning framing brings its prefix, last-number parse, blank-line stop and
+    room to think, and any other framing drops that prefix."""
+    spec["template"] = frame(core, framing)
+    decoding = spec["decoding"]
+    if framing == "reason":
+        spec["prefix"] = REASON_PREFIX
+        _set_pick(spec, [{"number": "last"}])
+        decoding["stop"] = ["\n\n"]
+        decoding["max_new_tokens"] = max(decoding["max_new_tokens"], 128)
+    elif spec.get("prefix") == REASON_PREFIX:
+        spec.pop("prefix")
+
+
 def op_framing(spec: Spec, rng: random.Random) -> bool:
     """Another framing of a text template (see the module docstring); False for chat mode or an unknown shape."""
     template = spec.get("template")
@@ -101,15 +116,8 @@ def op_framing(spec: Spec, rng: random.Random) -> bool:
         return False
     options = [f for f in FRAMINGS if frame(core, f) != template or f == "reason"]
     framing = rng.choice(options)
-    spec["template"] = frame(core, framing)
+    _reframe(spec, core, framing)
     decoding = spec["decoding"]
-    if framing == "reason":
-        spec["prefix"] = REASON_PREFIX
-        _set_pick(spec, [{"number": "last"}])
-        decoding["stop"] = ["\n\n"]
-        decoding["max_new_tokens"] = max(decoding["max_new_tokens"], 128)
-    elif spec.get("prefix") == REASON_PREFIX:
-        spec.pop("prefix")
     if framing == "plain" and decoding["stop"] in ([], ["\n"]):
         decoding["stop"] = [rng.choice([",", "\n", " "])]  # a continued text ends its answer at a delimiter
         decoding["max_new_tokens"] = min(decoding["max_new_tokens"], 16)
@@ -181,8 +189,6 @@ BUNDLE_FRAMINGS: tuple[str, ...] = ("plain", "q-a", "qa-bare", "reason")
 def bundles(spec: Spec) -> list[Spec]:
     """The incumbent under each of `BUNDLE_FRAMINGS`, each with the stop and parse that go with it (see the module
     docstring); empty for chat mode or a template whose core is not found. ``spec`` is not changed."""
-    import copy
-
     template = spec.get("template")
     core = template_core(template) if isinstance(template, str) else None
     if core is None:
@@ -190,14 +196,9 @@ def bundles(spec: Spec) -> list[Spec]:
     out = []
     for framing in BUNDLE_FRAMINGS:
         b = copy.deepcopy(spec)
-        b["template"] = frame(core, framing)
+        _reframe(b, core, framing)
         decoding = b["decoding"]
-        if framing == "reason":
-            b["prefix"] = REASON_PREFIX
-            _set_pick(b, [{"number": "last"}])
-            decoding["stop"] = ["\n\n"]
-            decoding["max_new_tokens"] = max(decoding["max_new_tokens"], 128)
-        elif framing == "plain":
+        if framing == "plain":
             decoding["stop"] = ["\n"]
             decoding["max_new_tokens"] = min(max(decoding["max_new_tokens"], 16), 32)
             if _numeric(b):
