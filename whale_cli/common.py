@@ -103,7 +103,8 @@ ALIASES: dict[str, Alias] = {
     "proposer": Alias(
         "search.proposer",
         ("--proposer",),
-        "'mutate' (offline) or a litellm model, e.g. openai/gpt-4o-mini; default: mutate",
+        "'mutate' or 'tpe' (offline), served:NAME (a local model) or a litellm model, e.g. openai/gpt-4o-mini; "
+        "default: mutate",
     ),
     "api_base": Alias("search.api_base", ("--api-base",), "OpenAI-compatible base URL for the proposer; default: null"),
     "candidates": Alias("search.candidates", ("-k", "--candidates"), "candidates to propose; default: 8"),
@@ -314,4 +315,3 @@ def leg_engine(cfg: Any, command: str, record: dict[str, Any]) -> Any:
     rec = Recorder(archive, run_id=out_dir.name)
     calls = LocalCalls(cfg, suite, out_dir)
     return BlockAscent(cfg, calls, rec, suite=suite, run_dir=out_dir, base=base, seed_harness=HarnessRef.of(harness))
-

@@ -28,8 +28,8 @@ class ServedConfig(BaseModel):
 
 
 class SearchConfig(BaseModel):
-    """The harness leg's knobs. ``proposer`` is ``mutate`` (offline), ``served:DIR`` / ``served:NAME`` (a local chat
-    model that WHALE serves and stops itself, see ``served``) or a litellm model string such as
+    """The harness leg's knobs. ``proposer`` is ``mutate`` or ``tpe`` (offline), ``served:DIR`` / ``served:NAME``
+    (a local chat model that WHALE serves and stops itself, see ``served``) or a litellm model string such as
     ``openai/gpt-4o-mini``, ``anthropic/claude-sonnet-4-5``, ``ollama/llama3`` (with ``api_base`` for an
     OpenAI-compatible server). API keys come from the environment only (``api_key_env`` names a custom variable)."""
 
@@ -37,7 +37,8 @@ class SearchConfig(BaseModel):
 
     proposer: str = Field(
         "mutate",
-        description="mutate (offline edits), served:NAME|DIR (a local model WHALE serves) or a litellm model string",
+        description="mutate (offline edits), tpe (offline: Optuna's TPE over framing, stops, parse, demos, prefix, "
+        "tokens, told the archive's scores), served:NAME|DIR (a local model WHALE serves) or a litellm model string",
     )
     api_base: str | None = Field(None, description="base URL of an OpenAI-compatible server (litellm proposers)")
     api_key_env: str | None = Field(
@@ -93,6 +94,10 @@ def make_proposer(cfg: SearchConfig, seed: int) -> Proposer:
         from whale_core.proposers.mutate import MutateProposer
 
         return MutateProposer(seed=seed, max_ops=cfg.max_ops, wording=cfg.mutate_wording, space=cfg.mutate_space)
+    if cfg.proposer == "tpe":
+        from whale_core.proposers.sampler import TPEProposer
+
+        return TPEProposer(seed=seed)
     if cfg.proposer.startswith("served:"):
         from whale_core.proposers.serve import resolve_served_model
         from whale_core.proposers.served import ServedProposer
@@ -109,8 +114,8 @@ def make_proposer(cfg: SearchConfig, seed: int) -> Proposer:
         )
     if "/" not in cfg.proposer:
         raise ValueError(
-            f"search.proposer {cfg.proposer!r}: use 'mutate', 'served:/path/to/hf-model-dir' (or served:NAME) or a "
-            "litellm model string like 'openai/gpt-4o-mini'"
+            f"search.proposer {cfg.proposer!r}: use 'mutate', 'tpe', 'served:/path/to/hf-model-dir' (or served:NAME) "
+            "or a litellm model string like 'openai/gpt-4o-mini'"
         )
     from whale_core.proposers.llm import LLMProposer
 
