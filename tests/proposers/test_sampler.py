@@ -119,9 +119,10 @@ def test_startup_covers_the_framings_first(tmp_path: Path, make_ctx: Any) -> Non
     suite = _suites(tmp_path)["sequences"]
     seed = Harness.from_text(suite.seed_harness)
     first = TPEProposer(seed=0).propose(make_ctx(seed), 8)
-    templates = [yaml.safe_load(x.harness.text)["template"] for x in first[:4]]
-    plain, qa = "{{ question | trim(' ?') }}", "Question: {{ question }}\nAnswer:"
-    assert templates[:3] == [plain, "Q: {{ question }}\nA:", qa]
+    docs = [yaml.safe_load(x.harness.text) for x in first[:4]]
+    qa = "{{ instruction }}\nQuestion: {{ question }}\nAnswer:"
+    assert [d["template"] for d in docs] == ["{{ question | trim(' ?') }}", qa, "Q: {{ question }}\nA:", qa]
+    assert docs[1]["fewshot"]["k"] == 3 and "prefix" in docs[3]
 
 
 def test_prompt_weights_mode_gets_nothing(seed_harness: Harness, make_ctx: Any) -> None:

@@ -135,14 +135,14 @@ def test_structural_mutate_covers_each_framing_first_once(tmp_path: Path, make_c
     seed = Harness.from_text(suite.seed_harness)
     first = MutateProposer(seed=0, space="structural").propose(make_ctx(seed), 8)
     docs = [yaml.safe_load(x.harness.text) for x in first[:4]]
-    assert [d["template"] for d in docs] == [
-        "{{ question | trim(' ?') }}", "Q: {{ question }}\nA:", "Question: {{ question }}\nAnswer:",
-        "{{ instruction }}\nQuestion: {{ question }}\nAnswer:",
-    ]  # fmt: skip
+    qa = "{{ instruction }}\nQuestion: {{ question }}\nAnswer:"
+    assert [d["template"] for d in docs] == ["{{ question | trim(' ?') }}", qa, "Q: {{ question }}\nA:", qa]
     assert docs[0]["parse"] == [{"number": "new"}] and docs[0]["decoding"]["stop"] == ["\n"]  # a numeric parse
+    assert docs[1]["fewshot"]["k"] == 3 and docs[1]["parse"] == yaml.safe_load(seed.text)["parse"]  # demos only
     assert docs[3]["prefix"].strip() == "Let's think step by step." and docs[3]["parse"] == [{"number": "last"}]
     archive = [make_entry(x.harness, status="lost") for x in first]
     again = MutateProposer(seed=0, space="structural").propose(make_ctx(seed, archive=archive), 8)
     assert not {x.harness.sha for x in again} & {x.harness.sha for x in first}  # bundles come once per archive
+    assert yaml.safe_load(again[0].harness.text)["template"] == "Question: {{ question }}\nAnswer:"  # the fifth
     chat = seed.evolve(template=None, messages=[{"role": "user", "content": "{{ question }}"}])
     assert all(x.harness.is_chat for x in MutateProposer(seed=0, space="structural").propose(make_ctx(chat), 4))

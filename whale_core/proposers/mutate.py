@@ -402,7 +402,9 @@ class MutateProposer:
         seen = {context.incumbent.sha, incumbent.sha} | {entry.sha for entry in context.archive}
         out: list[Proposal] = []
         if self.space == "structural" and (context.restrict_to is None or "template" in context.restrict_to):
-            for spec in bundles(yaml.safe_load(incumbent.text))[: max(1, k // 2)]:  # coverage first, half of k
+            for spec in bundles(yaml.safe_load(incumbent.text)):  # coverage first: up to half of k, unseen ones
+                if len(out) >= max(1, k // 2):
+                    break
                 text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
                 proposal = check_candidate(
                     text, incumbent, context.restrict_to, proposer=self.name, parent=incumbent.sha

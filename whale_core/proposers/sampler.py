@@ -18,7 +18,8 @@ for ``k`` new points; a resumed run therefore proposes exactly what an uninterru
 sampler's memory; nothing is pickled). The sampler's seed is derived from (``seed``, ``context.seed``,
 ``context.iteration``, the incumbent's and the archive's shas), so a run is deterministic. Until ``n_startup``
 scored points exist the proposer is in its startup phase: coverage first (`structure.bundles`, the seed's framings
-as coherent bundles, at most half of ``k``), then the sampler's random startup draws.
+as coherent bundles and the seed with demos, those not yet scored, at most half of ``k``), then the sampler's
+random startup draws.
 
 Limits, measured and stated: within one harness leg the sampler learns nothing between its ``k`` candidates (the
 leg asks once, then scores); TPE's ``constant_liar`` spreads them. Its advantage, if any, is across legs — a
@@ -209,7 +210,9 @@ class TPEProposer:
 
         history = self.history(context)
         if len(history) < self.n_startup:  # startup: coverage first, as `mutate`'s structural space does
-            for spec in bundles(origin)[: max(1, k // 2)]:
+            for spec in bundles(origin):
+                if len(out) >= max(1, k // 2):
+                    break
                 add(spec)
         distributions: dict[str, optuna.distributions.BaseDistribution] = {
             name: optuna.distributions.CategoricalDistribution(c) for name, c in SPACE.items()

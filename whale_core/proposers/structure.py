@@ -20,9 +20,9 @@ model continues from. These operators search that space (``search.mutate_space: 
 
 Coverage first (`bundles`): random draws rarely compose a framing with the stop and parse that make it work (on
 SmolLM2 × a number-sequence task, 8 random structural candidates found 0.020 where the plain framing scores 0.717),
-so a structural `mutate` first proposes each framing of the incumbent as one coherent bundle (plain text with a
-newline stop and, for a numeric parse, the first new number; Q:/A:; bare QA; step by step), once per archive (a
-bundle already scored is not proposed again), then random edits.
+so a structural `mutate` first proposes each of `BUNDLES` — the incumbent as plain text with a newline stop and, for
+a numeric parse, the first new number; with three demos; as Q:/A:; step by step; as bare QA — up to half of k per
+leg, each once per archive (a bundle already scored is not proposed again), then random edits.
 
 None of them reads a problem, a trace or a gold answer: they see the harness text alone. Chat-mode harnesses keep
 their messages (``framing`` applies to text templates; a chat template with a reply prefix is reachable by hand or
@@ -183,22 +183,29 @@ def _numeric(spec: Spec) -> bool:
     return False
 
 
-BUNDLE_FRAMINGS: tuple[str, ...] = ("plain", "q-a", "qa-bare", "reason")
+BUNDLES: tuple[str, ...] = ("plain", "demos", "q-a", "reason", "qa-bare")
+DEMOS = 3  # the demos bundle's few-shot k: a person's first move on a format problem is to show a few solved examples
 
 
 def bundles(spec: Spec) -> list[Spec]:
-    """The incumbent under each of `BUNDLE_FRAMINGS`, each with the stop and parse that go with it (see the module
-    docstring); empty for chat mode or a template whose core is not found. ``spec`` is not changed."""
+    """The incumbent as each of `BUNDLES`, in that order: a framing with the stop and parse that go with it (see the
+    module docstring), or (``demos``) its own framing with `DEMOS` demos when it has none. Framings are left out for
+    chat mode or a template whose core is not found. ``spec`` is not changed."""
     template = spec.get("template")
     core = template_core(template) if isinstance(template, str) else None
-    if core is None:
-        return []
     out = []
-    for framing in BUNDLE_FRAMINGS:
+    for name in BUNDLES:
         b = copy.deepcopy(spec)
-        _reframe(b, core, framing)
+        if name == "demos":
+            if b["fewshot"]["k"] == 0:
+                b["fewshot"]["k"] = DEMOS
+                out.append(b)
+            continue
+        if core is None:
+            continue
+        _reframe(b, core, name)
         decoding = b["decoding"]
-        if framing == "plain":
+        if name == "plain":
             decoding["stop"] = ["\n"]
             decoding["max_new_tokens"] = min(max(decoding["max_new_tokens"], 16), 32)
             if _numeric(b):
