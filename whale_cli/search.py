@@ -46,7 +46,9 @@ def search_cmd(
     """Run one harness leg with the policy frozen and print the leaderboard (★ = Pareto front of score vs tokens).
 
     The suite's problems follow `--seed` unless `suite.seed` is set; the `search:` section of a config file sets
-    the leg (proposer, candidates, rounds, ...).
+    the leg (proposer, candidates, rounds, ...). The offline `mutate` proposer searches the structural space here
+    (search.mutate_space=structural: framing, stops, which number the parse takes, an answer prefix, demos — the
+    format fixes a new task needs); `whale run` keeps `classic` unless told (docs/real-model.md has both measured).
     Example: `whale search --model tiny --suite arith --proposer mutate -k 8`
     """
     setup_offline_env()
@@ -58,7 +60,7 @@ def search_cmd(
     whale = resolve_config(
         config,
         set_,
-        defaults={"suite.seed": Follows("seed")},
+        defaults={"suite.seed": Follows("seed"), "search.mutate_space": "structural"},
         model=model,
         suite=suite,
         harness=harness,
@@ -77,7 +79,11 @@ def search_cmd(
         result = engine.one_leg("harness", measure=False)
     engine.rec.run_status("finished")
     res = result.harness_legs[-1]
-    table = Table(title=f"harness leaderboard ({whale.suite.name}, val, policy {base.checkpoint_id[:10]})")
+    proposer = whale.search.proposer
+    if proposer == "mutate":
+        proposer += f", {whale.search.mutate_space} space"
+    title = f"harness leaderboard ({whale.suite.name}, val, policy {base.checkpoint_id[:10]}, proposer {proposer})"
+    table = Table(title=title)
     for col in ("", "harness", "sha", "status", "score", "n", "prompt tok/problem"):
         table.add_column(col)
     for row in res.leaderboard():

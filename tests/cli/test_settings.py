@@ -205,3 +205,26 @@ def test_eval_seed_still_draws_the_problems_unless_suite_seed_is_set(home: Path,
         res = runner.invoke(app, ["eval", *args, "-n", "2", "--device", "cpu", "--out", str(out)])
         assert res.exit_code == 0, res.output
         assert _problem_ids(out) == ids(suite_seed), args
+
+
+def test_search_defaults_to_the_structural_space_and_a_file_or_set_overrides_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, home: Path
+) -> None:
+    """`whale search` (one leg on a task, usually a new one) searches the format fixes by default; `whale run` keeps
+    the config's default (`classic`), and a config file or `--set` wins over the command's default."""
+    import whale_cli.search as search
+
+    seen: list[Any] = []
+
+    def capture(config: Any, sets: Any, *, defaults: Any = None, **flags: Any) -> Any:
+        seen.append(common.resolve_config(config, sets, defaults=defaults, **flags))
+        raise _Stop("stop")
+
+    monkeypatch.setattr(search, "resolve_config", capture)
+    path = tmp_path / "c.yaml"
+    path.write_text("search: {mutate_space: classic}\n")
+    for args in ([], ["--set", "search.mutate_space=classic"], ["--config", str(path)]):
+        res = runner.invoke(app, ["search", *args])
+        assert res.exit_code == 2 and "stop" in res.output, res.output
+    assert [c.search.mutate_space for c in seen] == ["structural", "classic", "classic"]
+    assert common.resolve_config(None, None).search.mutate_space == "classic"  # what `whale run` starts from
