@@ -4,17 +4,18 @@ For each task of `benchmarks/gap_tasks` (five tasks, each with a reference harne
 model, it measures on the task's test split (the first ``--test-n`` problems, suite seed 0):
 
 - ``seed``: the suite's seed harness, ``reference``: the hand-written one;
-- for each search seed: one harness leg exactly as ``whale search`` runs it (the same config resolution and engine,
-  in this process, so the model loads once), at the search's default budget unless ``--set`` says otherwise; its
-  winner (the incumbent when nothing was accepted) is then scored on test.
+- for each search seed: one harness leg exactly as ``whale search`` runs it (the same config resolution, command
+  defaults and engine, in this process, so the model loads once), at its defaults (budget, proposer, space) unless
+  ``--set`` says otherwise; its winner (the incumbent when nothing was accepted) is then scored on test.
 
 It prints per task: seed, reference and found scores, **found gain / reference gain** (``(found - seed) /
 (reference - seed)``, per seed, then the mean), completions the search spent; and the average ratio over tasks.
 Results are appended to ``--out`` (JSON lines, one per measurement) and reused on a rerun with the same key, so a
 long benchmark is built up over several sittings.
 
-    python benchmarks/harness_gap.py --model smollm2-135m --seeds 3 --set search.mutate_space=structural
-    python benchmarks/harness_gap.py --tasks sequence,unit --seeds 1 --out /tmp/gap.jsonl
+    python benchmarks/harness_gap.py --model smollm2-135m --seeds 3          # whale search as shipped
+    python benchmarks/harness_gap.py --seeds 1 --set search.mutate_space=classic   # the space before issue 35
+    python benchmarks/harness_gap.py --tasks sequence,unit --seeds 1 --set search.proposer=tpe --out /tmp/gap.jsonl
 
 Simplified: the test scores are greedy single rollouts per harness (as `whale eval`); a task whose reference gain is
 under 0.05 is reported without a ratio (the gain is within noise).
@@ -54,9 +55,10 @@ def _append(out: Path, row: dict[str, Any]) -> None:
 
 def _config(task: Task, model: str, seed: int, sets: list[str]) -> Any:
     from whale_cli.common import resolve_config
+    from whale_cli.search import search_defaults
 
     overrides = [*task.overrides(), "suite.seed=0", *sets]
-    return resolve_config(None, overrides, model=model, seed=seed, data=task.data)
+    return resolve_config(None, overrides, defaults=search_defaults(), model=model, seed=seed, data=task.data)
 
 
 def _test_score(cfg: Any, harness_text: str, n: int) -> tuple[float, int]:

@@ -29,6 +29,14 @@ from whale_cli.common import (
 from whale_core.env import setup_offline_env
 
 
+def search_defaults() -> dict[str, object]:
+    """`whale search`'s own defaults (below a config file and ``--set``): the suite's problems follow ``--seed``, and
+    the offline `mutate` proposer searches the structural space (benchmarks/harness_gap.py uses the same)."""
+    from whale_core.config import Follows
+
+    return {"suite.seed": Follows("seed"), "search.mutate_space": "structural"}
+
+
 def search_cmd(
     config: ConfigOpt = None,
     set_: SetOpt = None,
@@ -55,12 +63,11 @@ def search_cmd(
     from rich.table import Table
 
     from whale_cli.progress import leg_console
-    from whale_core.config import Follows
 
     whale = resolve_config(
         config,
         set_,
-        defaults={"suite.seed": Follows("seed"), "search.mutate_space": "structural"},
+        defaults=search_defaults(),
         model=model,
         suite=suite,
         harness=harness,
