@@ -57,7 +57,9 @@ def search_cmd(
     the leg (proposer, candidates, rounds, ...). The offline `mutate` proposer searches the structural space here
     (search.mutate_space=structural: framing, stops, which number the parse takes, an answer prefix, demos — the
     format fixes a new task needs); `whale run` keeps `classic` unless told (docs/real-model.md has both measured).
-    Example: `whale search --model tiny --suite arith --proposer mutate -k 8`
+    Examples: `whale search --model smollm2-135m --suite jsonl --data problems.jsonl` (a new task);
+    `whale search --model tiny --suite arith --set search.mutate_space=classic -k 8` (the tiny model's headroom is
+    the answer encoding: the classic space gives it all 8 candidates and finds it in 3 seeds of 3, structural in 1)
     """
     setup_offline_env()
     from rich.table import Table
