@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -183,3 +184,26 @@ def make_ctx() -> Any:
 def make_entry() -> Any:
     """`entry_for` as a fixture."""
     return entry_for
+
+
+GSM8K_SAMPLE = Path(__file__).resolve().parents[1] / "data" / "gsm8k-sample.jsonl"
+SEQUENCES = [
+    {"question": f"What number comes next? {', '.join(str(a + d * i) for i in range(4))}, ?", "answer": a + d * 4}
+    for a, d in [(34, 9), (16, 1), (2, 5), (7, 3), (10, 10), (3, 4), (50, 2), (1, 6), (9, 9), (20, 5)] * 3
+]
+
+
+@pytest.fixture
+def format_suites(tmp_path: Path) -> dict[str, Any]:
+    """The suites the structural operators and the tpe proposer are checked on: every built-in suite, the GSM8K
+    sample and a JSONL file of number sequences (a task WHALE was not shaped for)."""
+    from whale_core.suites import SuiteConfig, load_suite
+
+    seq = tmp_path / "seq.jsonl"
+    seq.write_text("".join(json.dumps(r) + "\n" for r in SEQUENCES))
+    return {
+        "arith": load_suite("arith"),
+        "sort": load_suite("sort"),
+        "gsm8k": load_suite(SuiteConfig(name="jsonl", path=str(GSM8K_SAMPLE), seed=0)),
+        "sequences": load_suite(SuiteConfig(name="jsonl", path=str(seq), seed=0)),
+    }

@@ -4,9 +4,7 @@ archive (a fresh proposer resumes where the last one was), and told scores it co
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,24 +14,6 @@ from whale_core.harness import Harness
 from whale_core.legs.harness_config import SearchConfig, make_proposer
 from whale_core.proposers import FailingTrace
 from whale_core.proposers.sampler import SPACE, TPEProposer, build, describe
-from whale_core.suites import SuiteConfig, load_suite
-
-GSM8K = str(Path(__file__).resolve().parents[1] / "data" / "gsm8k-sample.jsonl")
-SEQUENCES = [
-    {"question": f"What number comes next? {', '.join(str(a + d * i) for i in range(4))}, ?", "answer": a + d * 4}
-    for a, d in [(34, 9), (16, 1), (2, 5), (7, 3), (10, 10), (3, 4), (50, 2), (1, 6), (9, 9), (20, 5)]
-]
-
-
-def _suites(tmp_path: Path) -> dict[str, Any]:
-    seq = tmp_path / "seq.jsonl"
-    seq.write_text("".join(json.dumps(r) + "\n" for r in SEQUENCES))
-    return {
-        "arith": load_suite("arith"),
-        "sort": load_suite("sort"),
-        "gsm8k": load_suite(SuiteConfig(name="jsonl", path=GSM8K, seed=0)),
-        "sequences": load_suite(SuiteConfig(name="jsonl", path=str(seq), seed=0)),
-    }
 
 
 def test_make_proposer_names_it() -> None:
@@ -45,8 +25,10 @@ def test_make_proposer_names_it() -> None:
         TPEProposer(n_startup=0)
 
 
-def test_every_proposal_is_valid_renders_and_maps_back_to_its_point(tmp_path: Path, make_ctx: Any) -> None:
-    for name, suite in _suites(tmp_path).items():
+def test_every_proposal_is_valid_renders_and_maps_back_to_its_point(
+    format_suites: dict[str, Any], make_ctx: Any
+) -> None:
+    for name, suite in format_suites.items():
         seed = Harness.from_text(suite.seed_harness)
         origin = yaml.safe_load(seed.text)
         props = TPEProposer(seed=1).propose(make_ctx(seed), 12)
@@ -115,8 +97,8 @@ def test_told_the_scores_it_concentrates_where_they_were_high(
     assert framings["plain"] / len(props) >= max(0.5, 2 * plain_before), (framings, plain_before)
 
 
-def test_startup_covers_the_framings_first(tmp_path: Path, make_ctx: Any) -> None:
-    suite = _suites(tmp_path)["sequences"]
+def test_startup_covers_the_framings_first(format_suites: dict[str, Any], make_ctx: Any) -> None:
+    suite = format_suites["sequences"]
     seed = Harness.from_text(suite.seed_harness)
     first = TPEProposer(seed=0).propose(make_ctx(seed), 8)
     docs = [yaml.safe_load(x.harness.text) for x in first[:4]]

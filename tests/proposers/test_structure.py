@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,24 +16,6 @@ from whale_core.proposers import FailingTrace
 from whale_core.proposers.base import check_candidate
 from whale_core.proposers.mutate import MutateProposer
 from whale_core.proposers.structure import STRUCTURAL, frame, pick_options, template_core
-from whale_core.suites import SuiteConfig, load_suite
-
-GSM8K = str(Path(__file__).resolve().parents[1] / "data" / "gsm8k-sample.jsonl")
-SEQUENCES = [
-    {"question": f"What number comes next? {', '.join(str(a + d * i) for i in range(4))}, ?", "answer": a + d * 4}
-    for a, d in [(34, 9), (16, 1), (2, 5), (7, 3), (10, 10), (3, 4), (50, 2), (1, 6), (9, 9), (20, 5)] * 3
-]
-
-
-def _suites(tmp_path: Path) -> dict[str, Any]:
-    seq = tmp_path / "seq.jsonl"
-    seq.write_text("".join(json.dumps(r) + "\n" for r in SEQUENCES))
-    return {
-        "arith": load_suite("arith"),
-        "sort": load_suite("sort"),
-        "gsm8k": load_suite(SuiteConfig(name="jsonl", path=GSM8K, seed=0)),
-        "sequences": load_suite(SuiteConfig(name="jsonl", path=str(seq), seed=0)),
-    }
 
 
 def test_the_core_of_each_seed_template_and_its_framings() -> None:
@@ -51,9 +32,11 @@ def test_the_core_of_each_seed_template_and_its_framings() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(STRUCTURAL))
-def test_each_operator_yields_valid_renderable_harnesses_on_every_suite(name: str, tmp_path: Path) -> None:
+def test_each_operator_yields_valid_renderable_harnesses_on_every_suite(
+    name: str, format_suites: dict[str, Any]
+) -> None:
     op = STRUCTURAL[name][0]
-    for suite_name, suite in _suites(tmp_path).items():
+    for suite_name, suite in format_suites.items():
         seed = Harness.from_text(suite.seed_harness)
         problems = list(suite.problems("val"))[:3]
         applied = 0
@@ -70,8 +53,8 @@ def test_each_operator_yields_valid_renderable_harnesses_on_every_suite(name: st
         assert applied > 0, (name, suite_name)
 
 
-def test_plain_framing_gives_a_base_model_the_sequence_to_continue(tmp_path: Path) -> None:
-    suite = _suites(tmp_path)["sequences"]
+def test_plain_framing_gives_a_base_model_the_sequence_to_continue(format_suites: dict[str, Any]) -> None:
+    suite = format_suites["sequences"]
     seed = Harness.from_text(suite.seed_harness)
     plain = seed.evolve(template=frame(template_core(seed.spec.template or "") or "", "plain"))
     p = next(p for split in ("train", "val", "test") for p in suite.problems(split) if "34, 43" in p.fields["question"])
@@ -130,8 +113,10 @@ def test_an_unknown_space_is_refused() -> None:
         MutateProposer(space="everything")
 
 
-def test_structural_mutate_covers_each_framing_first_once(tmp_path: Path, make_ctx: Any, make_entry: Any) -> None:
-    suite = _suites(tmp_path)["sequences"]
+def test_structural_mutate_covers_each_framing_first_once(
+    format_suites: dict[str, Any], make_ctx: Any, make_entry: Any
+) -> None:
+    suite = format_suites["sequences"]
     seed = Harness.from_text(suite.seed_harness)
     first = MutateProposer(seed=0, space="structural").propose(make_ctx(seed), 8)
     docs = [yaml.safe_load(x.harness.text) for x in first[:4]]
