@@ -292,3 +292,56 @@ def test_a_proposal_its_proposer_rejected_is_stored_raw(suite: Any, seed: Harnes
     rejected = [c for c in archive.candidates(run_id) if c.status == "rejected"]
     assert [(c.harness_sha, c.reason) for c in rejected] == [(None, "more than k")]
     assert rejected[0].text is not None and ":   " in rejected[0].text
+
+
+def test_component_leg_records_usage_and_the_run_budget_carries_over_legs(
+    server: Any, api_key: str, micro_policy: Any, suite: Any, seed: Harness, tmp_path: Path
+) -> None:
+    """A component-edit leg (scripted server): every candidate recorded with its component-tagged reason, the
+    proposer's spend in the leg's metrics (what the archive and MLflow keep) and in the report's line; the run's
+    budget counts the earlier legs' spend read back from the archive, and a leg with none left records why."""
+    from whale_core.legs.harness_context import proposer_spent
+    from whale_core.science.report import proposer_lines
+
+    server.push(json.dumps({"instruction": "Add the two numbers. Reply with the sum only."}))
+    server.push("not json at all")
+    server.push(json.dumps({"instruction": seed.spec.instruction}))  # the retry: no change
+    cfg = _llm_cfg(server, edit="component", selector="round-robin", proposer_budget={"tokens": 5000})
+    cfg = cfg.model_copy(update={"candidates": 2})
+    archive, run_id = _archive(tmp_path)
+    leg = archive.start_leg(run_id, 0, "harness")
+    res = run_harness_leg(
+        policy=micro_policy, incumbent=seed, suite=suite, cfg=cfg, archive=archive, run_id=run_id, leg_id=leg.id,
+        iteration=0, seed=0, traces_dir=tmp_path / "traces", batch_size=16,
+        restrict_to=frozenset({"instruction"}),
+    )  # fmt: skip
+    rows = archive.candidates(run_id)
+    assert sorted(r.status for r in rows)[-1] == "rejected" and len(rows) == 2
+    (rejected,) = [r for r in rows if r.status == "rejected"]
+    assert rejected.reason == "instruction: no change" and rejected.text is not None
+    metrics = res.metrics()
+    assert metrics["proposer_requests"] == 3 and metrics["proposer_retries"] == 1
+    assert metrics["proposer_prompt_tokens"] == 3000 and metrics["proposer_completion_tokens"] == 900
+    line = " ".join(proposer_lines(metrics))
+    assert "3 requests (1 fed back)" in line and "3,000 prompt + 900 completion tokens" in line
+    archive.finish_leg(leg.id, budget_used=res.completions, metrics=metrics)
+    assert proposer_spent(archive, run_id, None)["prompt_tokens"] == 3000
+
+    # the next leg of the same run: 3,900 of 5,000 spent → one request (1,300), then the budget stops it
+    server.push(json.dumps({"instruction": "Sum them; digits only."}))
+    server.push(json.dumps({"instruction": "Write the sum."}))
+    res2 = run_harness_leg(
+        policy=micro_policy, incumbent=seed, suite=suite, cfg=cfg, archive=archive, run_id=run_id, leg_id=None,
+        iteration=2, seed=0, traces_dir=tmp_path / "traces2", batch_size=16, restrict_to=frozenset({"instruction"}),
+    )  # fmt: skip
+    assert res2.metrics()["proposer_requests"] == 1
+    assert any("proposer budget spent: 5,200 of 5,000 tokens" in (c.reason or "") for c in res2.candidates)
+    archive.finish_leg(archive.start_leg(run_id, 2, "harness").id, budget_used=0, metrics=res2.metrics())
+    # a third leg: nothing left before the first request → the decision says so, the incumbent is kept
+    res3 = run_harness_leg(
+        policy=micro_policy, incumbent=seed, suite=suite, cfg=cfg, archive=archive, run_id=run_id, leg_id=None,
+        iteration=4, seed=0, traces_dir=tmp_path / "traces3", batch_size=16, restrict_to=frozenset({"instruction"}),
+    )  # fmt: skip
+    assert res3.reason.startswith("proposer budget spent") and res3.incumbent_out == seed
+    assert [d.kind for d in archive.decisions(run_id)][-1] == "proposer-budget-spent"
+    assert len(server.requests) == 4

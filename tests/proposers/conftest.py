@@ -81,6 +81,7 @@ class Reply:
     delay: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
     echo_auth: bool = False  # put the request's Authorization header into the error body (a leaky server)
+    finish_reason: str = "stop"  # "length": a reply cut off at max_tokens
 
 
 @dataclass
@@ -97,6 +98,7 @@ class ScriptedOpenAI:
     def __init__(self) -> None:
         self.script: list[Reply] = []
         self.requests: list[Seen] = []
+        self.refuse_formats: set[str] = set()  # response_format types answered 400 (without using a scripted reply)
         self._release = threading.Event()
         self._lock = threading.Lock()
         server = self
@@ -107,11 +109,14 @@ class ScriptedOpenAI:
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                body = json.loads(raw or b"{}")
+                kind = (body.get("response_format") or {}).get("type")
                 with server._lock:
-                    server.requests.append(
-                        Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, json.loads(raw or b"{}"), raw)
-                    )
-                    reply = server.script.pop(0) if server.script else Reply("ok")
+                    server.requests.append(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body, raw))
+                    if kind in server.refuse_formats:
+                        reply = Reply(f"response_format {kind!r} is not supported by this model", status=400)
+                    else:
+                        reply = server.script.pop(0) if server.script else Reply("ok")
                 if reply.delay:
                     server._release.wait(reply.delay)
                 if self.path != "/v1/chat/completions":
@@ -126,7 +131,7 @@ class ScriptedOpenAI:
                             {
                                 "index": 0,
                                 "message": {"role": "assistant", "content": reply.content},
-                                "finish_reason": "stop",
+                                "finish_reason": reply.finish_reason,
                             }
                         ],
                         "usage": {"prompt_tokens": 1000, "completion_tokens": 300, "total_tokens": 1300},

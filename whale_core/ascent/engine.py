@@ -247,6 +247,8 @@ class BlockAscent:
         metrics = {"val_score": after.metric, "val_score_before": start.metric, "budget_used": float(used)}
         if kind == "harness":  # a weights leg accepts nothing: no metric rather than a -1
             metrics["accepted"] = float(bool(res.accepted))
+            # the proposer's spend, kept with the leg: the run's proposer budget and the report read it back
+            metrics |= {k: float(v) for k, v in res.metrics.items() if k.startswith("proposer_")}
         if kind == "weights" and measure:
             self._regression(rec, i, start, after)
         rec.leg_done(
@@ -410,4 +412,3 @@ class BlockAscent:
             if p.policy == policy:
                 return p.after
         return -1
-

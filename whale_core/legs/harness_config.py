@@ -27,6 +27,16 @@ class ServedConfig(BaseModel):
     device: str = Field("cpu", description="the server's --device: cpu, cuda, cuda:0, auto")
 
 
+class ProposerBudget(BaseModel):
+    """``search.proposer_budget``: what an LLM proposer may spend in a run, in tokens (prompt + completion) and/or
+    US dollars (litellm's cost; 0 for local models). Unset = no limit. Checked before every request."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    tokens: int | None = Field(None, ge=1, description="proposer tokens (prompt + completion) per run")
+    usd: float | None = Field(None, gt=0, description="proposer cost per run in USD (litellm's prices)")
+
+
 class SearchConfig(BaseModel):
     """The harness leg's knobs. ``proposer`` is ``mutate`` or ``tpe`` (offline), ``served:DIR`` / ``served:NAME``
     (a local chat model that WHALE serves and stops itself, see ``served``) or a litellm model string such as
@@ -76,6 +86,27 @@ class SearchConfig(BaseModel):
         "| structural (also the template's framing, stop strings, which number the parse takes, an answer prefix: "
         "the format fixes a new task needs; whale_core/proposers/structure.py)",
     )
+    edit: Literal["auto", "whole", "component"] = Field(
+        "auto",
+        description="LLM proposers: whole (k complete harnesses in one reply: strong API models) | component (one "
+        "harness component per request as JSON, merged into the incumbent: small models) | auto (component for "
+        "served: models, whole for the rest)",
+    )
+    output: Literal["auto", "schema", "json", "fenced"] = Field(
+        "auto",
+        description="component edits: the reply format asked for: schema (JSON schema as response_format; enforced "
+        "by WHALE's server for served: models) | json (JSON mode) | fenced (a ```json block) | auto (schema, stepping "
+        "down when the provider refuses)",
+    )
+    selector: Literal["traces", "round-robin"] = Field(
+        "traces",
+        description="component edits: which component each request rewrites: traces (read from the failing "
+        "traces: missed answers → parse/decoding/prompt first) | round-robin (seeded rotation)",
+    )
+    feedback_retries: int = Field(
+        1, ge=0, le=3, description="component edits: times a rejected reply is fed back with its reason"
+    )
+    proposer_budget: ProposerBudget = Field(default_factory=ProposerBudget)
     served: ServedConfig = Field(default_factory=ServedConfig)
 
     @field_validator("rounds")
@@ -102,7 +133,7 @@ def make_proposer(cfg: SearchConfig, seed: int) -> Proposer:
         from whale_core.proposers.serve import resolve_served_model
         from whale_core.proposers.served import ServedProposer
 
-        s = cfg.served
+        s, budget = cfg.served, cfg.proposer_budget
         return ServedProposer(
             resolve_served_model(cfg.proposer.removeprefix("served:")),
             temperature=s.temperature,
@@ -111,6 +142,11 @@ def make_proposer(cfg: SearchConfig, seed: int) -> Proposer:
             max_tokens=s.max_tokens,
             device=s.device,
             start_timeout=s.start_timeout,
+            edit="whole" if cfg.edit == "whole" else "component",
+            output=cfg.output,
+            selector=cfg.selector,
+            feedback_retries=cfg.feedback_retries,
+            budget_tokens=budget.tokens,
         )
     if "/" not in cfg.proposer:
         raise ValueError(
@@ -126,4 +162,10 @@ def make_proposer(cfg: SearchConfig, seed: int) -> Proposer:
         num_retries=cfg.num_retries,
         context_tokens=cfg.context_tokens,
         api_key_env=cfg.api_key_env,
+        edit="component" if cfg.edit == "component" else "whole",
+        output=cfg.output,
+        selector=cfg.selector,
+        feedback_retries=cfg.feedback_retries,
+        budget_tokens=cfg.proposer_budget.tokens,
+        budget_usd=cfg.proposer_budget.usd,
     )

@@ -52,6 +52,22 @@ def archive_entries(
     return entries
 
 
+def proposer_spent(archive: Archive, run_id: str, as_of: datetime | None) -> dict[str, float]:
+    """What the proposer spent in the run's harness legs that finished before ``as_of`` (their ``proposer_*``
+    metrics, summed; `whale_core.proposers.spend`)."""
+    total: dict[str, float] = {}
+    for leg in archive.legs(run_id):
+        if leg.kind != "harness" or leg.finished is None:
+            continue
+        if as_of is not None and leg.finished.replace(tzinfo=None) >= as_of.replace(tzinfo=None):
+            continue
+        for key, value in leg.metrics.items():
+            if key.startswith("proposer_") and isinstance(value, int | float):
+                name = key.removeprefix("proposer_")
+                total[name] = total.get(name, 0.0) + float(value)
+    return total
+
+
 def proposal_context(
     suite: Suite,
     incumbent: Harness,
@@ -100,4 +116,5 @@ def proposal_context(
         seed=seed,
         iteration=iteration,
         origin=None if origin is None or origin.sha == incumbent.sha else origin.text,
+        proposer_spent=proposer_spent(archive, run_id, as_of),
     )

@@ -47,6 +47,7 @@ from whale_core.legs.leg import LegKind, LegResult, LegStart
 from whale_core.legs.scoring import BudgetStop, RollMany, ScoreBlock, Scorer, score_block, validation_order
 from whale_core.legs.selection import PairedResult, paired_test, pareto_front, successive_halving
 from whale_core.proposers.base import Proposal, ProposalContext, Proposer, ProposerUnavailable, check_candidate
+from whale_core.proposers.spend import ProposerBudgetSpent, usage_line
 from whale_core.records.archive import Archive
 from whale_core.records.recorder import LoggedCandidate, Recorder
 from whale_core.records.refs import HarnessRef
@@ -95,7 +96,13 @@ class HarnessLegResult:
             "rejected": float(sum(c.status == "rejected" for c in self.candidates)),
             "winner_score": float(self.winner_score if self.winner_score is not None else -1.0),
             "incumbent_score": float(self.incumbent_score),
+            **{f"proposer_{k}": float(v) for k, v in sorted(self.proposer_usage.items()) if self._asked},
         }
+
+    @property
+    def _asked(self) -> bool:
+        """Whether an LLM proposer made requests (offline proposers spend nothing: no ``proposer_*`` metrics)."""
+        return bool(self.proposer_usage.get("requests"))
 
     def leaderboard(self) -> list[dict[str, Any]]:
         """Scored candidates and the incumbent, best first, with the score-vs-prompt-tokens Pareto flags."""
@@ -253,12 +260,14 @@ class _Attempt:
         self.leg.say(f"incumbent {inc.name} ({inc.sha[:8]}): {inc_score:.3f} on {self.full} val problems")
         try:
             proposals = self.leg.proposer.propose(self._context(inc_score), self.cfg.candidates)
-        except ProposerUnavailable as exc:
-            self.leg.recorder.decide(self.iteration, "proposer-unavailable", str(exc), {})
-            return self._result(f"proposer unavailable: {exc}", inc_score, usage=False)
+        except ProposerUnavailable as exc:  # the run's proposer budget spent, or the proposer down
+            kind = "proposer-budget-spent" if isinstance(exc, ProposerBudgetSpent) else "proposer-unavailable"
+            self.leg.recorder.decide(self.iteration, kind, str(exc), {})
+            return self._result(f"{kind.replace('-', ' ')}: {exc}", inc_score, usage=False)
         self._add_revisits()
         self._screen(proposals)
-        self.leg.say(f"{len(self.valid)} valid candidate(s), {len(self.outcomes)} rejected")
+        spent = f"; proposer: {usage_line(self.usage)}" if self.usage.get("requests") else ""
+        self.leg.say(f"{len(self.valid)} valid candidate(s), {len(self.outcomes)} rejected{spent}")
         if not self.valid:  # the proposer's tokens and time were spent all the same
             return self._result("no valid candidate", inc_score)
         winner = self._halve()
@@ -386,9 +395,7 @@ class _Attempt:
         n_win = min(len(sc.scores.get(winner.sha, [])), self.full)
         z = self._cut_z(self.cut[1]) if stopped and self.cut else self.cfg.z
         paired = (
-            paired_test(
-                inc_scores[:n_win], sc.scores[winner.sha][:n_win], z=round(z, 3), min_delta=self.cfg.min_delta
-            )
+            paired_test(inc_scores[:n_win], sc.scores[winner.sha][:n_win], z=round(z, 3), min_delta=self.cfg.min_delta)
             if n_win
             else None
         )

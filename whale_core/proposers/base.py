@@ -120,7 +120,9 @@ class ProposalContext:
     ``archive`` holds the top-N harnesses by score under the *current* policy plus recent rejections with their
     reasons. ``restrict_to`` limits which top-level fields may change (``{"instruction"}`` in prompt-weights mode);
     None means any field may change. ``format_reference`` is the harness format doc shown to LLM proposers.
-    ``origin`` is the run's seed harness text (None when the incumbent is the seed).
+    ``origin`` is the run's seed harness text (None when the incumbent is the seed). ``proposer_spent`` is what the
+    proposer spent in the run's earlier legs (``prompt_tokens``, ``completion_tokens``, ``cost_usd``, ...): where
+    ``search.proposer_budget`` starts counting from.
     """
 
     suite_description: str
@@ -132,6 +134,7 @@ class ProposalContext:
     seed: int = 0
     iteration: int = 0
     origin: str | None = None  # the run's seed harness text, when it is not the incumbent (undo moves go back to it)
+    proposer_spent: dict[str, float] = field(default_factory=dict)  # the run's earlier legs' proposer usage totals
 
 
 @dataclass(frozen=True)

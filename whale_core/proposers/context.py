@@ -27,6 +27,7 @@ __all__ = [
     "CHARS_PER_TOKEN",
     "FIELD_NOTES",
     "build_compact_messages",
+    "build_component_messages",
     "build_messages",
     "clip",
     "compact_focus",
@@ -303,3 +304,94 @@ def build_compact_messages(
             parts.append(title + "\n" + "\n".join(kept))
     parts.append(task)
     return [{"role": "system", "content": COMPACT_SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+# ------------------------------------------------------------------------------------- one component per request
+
+COMPONENT_SYSTEM_PROMPT = (
+    "You improve one setting of the harness around a small language model (the text and settings that turn a "
+    "problem into its input and its output into an answer). You reply with one JSON object and nothing else."
+)
+
+
+def _component_of(text: str, component: str) -> str | None:
+    """The component's value in a harness text, as compact JSON (None when the text is not a harness)."""
+    import json
+
+    from whale_core.harness import Harness
+    from whale_core.proposers.components import component_value
+
+    try:
+        return json.dumps(component_value(component, Harness.from_text(text)), ensure_ascii=False)
+    except Exception:  # a raw rejected text: shown through its reason only
+        return None
+
+
+def build_component_messages(
+    context: ProposalContext,
+    component: str,
+    current: str,
+    form: str,
+    fenced: bool,
+    context_tokens: int,
+    count: Callable[[str], int] = estimate_tokens,
+    pivot: str | None = None,
+) -> list[dict[str, str]]:
+    """Chat messages asking for a new value of one harness ``component`` (`whale_core.proposers.components`).
+
+    Always kept: the task, the component's allowed form, its ``current`` value (JSON) with the incumbent's score, and
+    the request. Fitted into ``context_tokens`` as ``count`` measures them, in this order: earlier values of this
+    component with their scores (best first), past rejections of this component with their reasons (newest first),
+    then failing traces of the incumbent. ``fenced``: ask for the object inside one ```json block (for providers
+    without a JSON mode). ``pivot``: the setting the reply must change (named in the request).
+    """
+    inc = context.incumbent
+    score = "not scored" if inc.score is None else f"score {inc.score:.3f} on {inc.n} problems"
+    head = (
+        f"Task: {context.suite_description.strip()}\n\n"
+        f"You change one part of the harness, `{component}`: {form}.\n\n"
+        f"Its current value ({score}):\n{current}"
+    )
+    where = " inside one ```json block" if fenced else ""
+    task = (
+        f"Reply with one JSON object{where} with the same keys as the current value, holding a new, different "
+        f"value for `{component}` that you expect to score higher" + (f"; change `{pivot}` at least." if pivot else ".")
+    )
+    tried: list[str] = []
+    seen = {current}
+    for i in _archive_priority(context):
+        entry = context.archive[i]
+        if entry.score is None or entry.status == "rejected":
+            continue
+        value = _component_of(entry.text, component)
+        if value is not None and value not in seen:
+            seen.add(value)
+            tried.append(f"- {clip(value, 300)}: score {entry.score:.3f}")
+    rejected = [
+        f"- {clip(entry.reason or '', 200)}"
+        for entry in reversed(context.archive)
+        if entry.status == "rejected" and (entry.reason or "").startswith(f"{component}:")
+    ]
+    traces = [_compact_trace(t) for t in context.failing_traces]
+    budget = context_tokens - count(COMPONENT_SYSTEM_PROMPT) - count(head) - count(task) - 32
+    parts = [head]
+    sections = [
+        (f"Other values of `{component}` tried (score of the harness with it):", tried),
+        (f"Earlier replies for `{component}` that were rejected, and why:", rejected),
+        ("Problems the current harness got wrong:", traces),
+    ]
+    for left, (title, lines) in zip((3, 2, 1), sections, strict=True):
+        share = budget // left  # what a section leaves unused goes to the ones after it
+        kept: list[str] = []
+        used = count(title)
+        for line in lines:
+            cost = count(line) + 1
+            if used + cost > share:
+                break
+            kept.append(line)
+            used += cost
+        if kept:
+            budget -= used
+            parts.append(title + "\n" + "\n".join(kept))
+    parts.append(task)
+    return [{"role": "system", "content": COMPONENT_SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]

@@ -16,23 +16,42 @@ Bounded on arrival: a call ends within ``timeout x (num_retries + 1)`` seconds w
 runs in a daemon thread that the leg stops waiting for); a reply is read up to `MAX_REPLY_CHARS` and at most
 ``k + EXTRA_BLOCKS`` fenced blocks of it are parsed — the rest is one rejection that says how much was left unread.
 
-Simplified: one request per ``propose`` (no multi-turn repair of invalid candidates; the rejection reasons go back to
-the model through the archive on the next iteration). litellm is imported lazily (a slow import: seconds).
+Two ways to ask (``edit``): ``whole`` (the default for API models) asks for up to k complete harnesses in fenced YAML
+blocks in one request — a strong model's way; ``component`` (the default for ``served:`` models) asks for one
+harness component per request as a JSON object, in the strongest output mode the provider takes, feeds a rejected
+reply back once with the reason, and merges the value into the incumbent (`whale_core.proposers.edits`). Either
+way a reply cut off at ``max_tokens`` (finish reason ``length``) is never adopted, and the run's proposer budget
+(``search.proposer_budget``, `whale_core.proposers.spend`) is checked before every request.
+
+Simplified: in ``whole`` mode, one request per ``propose`` (no multi-turn repair of invalid candidates; the
+rejection reasons go back to the model through the archive on the next iteration). litellm is imported lazily (a
+slow import: seconds).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
 import time
-from typing import Any
+from typing import Any, Literal
 
 from whale_core.harness import Harness
 from whale_core.proposers.base import Proposal, ProposalContext, ProposerUnavailable, check_candidate
-from whale_core.proposers.context import build_messages
+from whale_core.proposers.components import Selector, reply_schema
+from whale_core.proposers.context import build_component_messages, build_messages, estimate_tokens
+from whale_core.proposers.edits import propose_components
+from whale_core.proposers.replies import Completion, OutputMode, ProviderRefused
+from whale_core.proposers.spend import ProposerBudgetSpent, Spend
 
-__all__ = ["LLMProposer", "extract_yaml_blocks", "redact"]
+__all__ = ["Completion", "LLMProposer", "extract_yaml_blocks", "redact"]
+
+log = logging.getLogger(__name__)
+Edit = Literal["whole", "component"]
+Output = Literal["auto", "schema", "json", "fenced"]
+REFUSED_STATUS = (400, 422)  # the request itself was refused (e.g. an unsupported response_format)
+
 
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.MULTILINE | re.DOTALL)
 _YAML_TAGS = {"", "yaml", "yml"}
@@ -90,7 +109,20 @@ class LLMProposer:
         context_tokens: int = 6000,
         max_tokens: int = 2000,
         api_key_env: str | None = None,
+        edit: Edit = "whole",
+        output: Output = "auto",
+        selector: Selector = "traces",
+        feedback_retries: int = 1,
+        budget_tokens: int | None = None,
+        budget_usd: float | None = None,
     ) -> None:
+        self.edit = edit
+        self.output = output
+        self.mode: OutputMode = "schema" if output == "auto" else output  # auto: steps down when refused
+        self.selector = selector
+        self.feedback_retries = feedback_retries
+        self.budget_tokens = budget_tokens
+        self.budget_usd = budget_usd
         self.model = model
         self.api_base = api_base
         self.temperature = temperature
@@ -110,12 +142,60 @@ class LLMProposer:
     # -- public -----------------------------------------------------------------------------------------------
 
     def propose(self, context: ProposalContext, k: int) -> list[Proposal]:
-        """One model call → up to ``k`` valid proposals plus rejected ones (see `Proposer`); ``k <= 0`` → no call."""
+        """Up to ``k`` valid proposals plus rejected ones (see `Proposer`); ``k <= 0`` → no call. ``whole``: one call
+        for all ``k``; ``component``: one call (or two, with the error fed back) per candidate."""
         if k <= 0:
             return []
+        spend = Spend(self.budget_tokens, self.budget_usd, before=dict(context.proposer_spent))
+        if self.edit == "component":
+            return propose_components(self, context, k, spend)
+        why = spend.exhausted()
+        if why is not None:
+            raise ProposerBudgetSpent(why)
         messages = build_messages(context, k, self.context_tokens)
-        reply, usage = self._complete(messages)
-        return self._proposals(reply, context, k, usage)
+        reply = self._complete(messages)
+        usage = reply.usage | {"requests": 1.0}
+        if reply.finish_reason == "length":
+            reason = (
+                f"the reply was cut off at max_tokens={self.max_tokens} (finish reason 'length'): no candidate of a "
+                "cut-off reply is adopted; raise max_tokens or ask for fewer candidates"
+            )
+            return [Proposal(reply.text, None, "rejected", reason, self.name, usage=usage | {"truncated": 1.0})]
+        return self._proposals(reply.text, context, k, usage)
+
+    # -- the component loop's hooks (`whale_core.proposers.edits`) ---------------------------------------------
+
+    def component_messages(
+        self, context: ProposalContext, component: str, current: str, form: str, fenced: bool, pivot: str | None
+    ) -> tuple[list[dict[str, str]], int]:
+        """The messages asking for a new value of ``component``, and the reply's token allowance."""
+        messages = build_component_messages(context, component, current, form, fenced, self.context_tokens, pivot=pivot)
+        return messages, self.max_tokens
+
+    def pivot(self, component: str, incumbent: Harness, turn: int) -> str | None:
+        """The setting a request's schema requires to change (`require_change`): none for API models, whose
+        providers each accept a different subset of JSON schema and which do not copy the value back."""
+        return None
+
+    def fits(self, messages: list[dict[str, str]], reply_tokens: int) -> bool:
+        """Whether a (longer, feedback) request still fits the prompt budget (estimated)."""
+        return sum(estimate_tokens(m["content"]) for m in messages) <= self.context_tokens + reply_tokens
+
+    def reply_schema(self, component: str, incumbent: Harness, reply_tokens: int) -> dict[str, Any]:
+        """The reply's JSON schema; strings capped at what ``reply_tokens`` can hold (~2 characters a token)."""
+        return reply_schema(component, incumbent, max_chars=max(32, 2 * reply_tokens))
+
+    def request_extra(self, context: ProposalContext, index: int, attempt: int) -> dict[str, Any]:
+        """Extra request parameters for a component request (none for API models)."""
+        return {}
+
+    def ask(self, messages: list[dict[str, str]], max_tokens: int, extra: dict[str, Any]) -> Completion:
+        """One request of the component loop."""
+        return self._complete(messages, max_tokens=max_tokens, extra=extra)
+
+    def say(self, message: str) -> None:
+        """A note for the run's log."""
+        log.warning("%s: %s", self.name, self._redact(message))
 
     # -- internals --------------------------------------------------------------------------------------------
 
@@ -143,9 +223,11 @@ class LLMProposer:
 
     def _complete(
         self, messages: list[dict[str, str]], max_tokens: int | None = None, extra: dict[str, Any] | None = None
-    ) -> tuple[str, dict[str, float]]:
-        """One chat completion: the reply's text (redacted) and its usage. ``max_tokens`` overrides the proposer's
-        for this request; ``extra`` adds request parameters (e.g. ``seed``, ``extra_body``)."""
+    ) -> Completion:
+        """One chat completion: the reply's text (redacted), finish reason and usage. ``max_tokens`` overrides the
+        proposer's for this request; ``extra`` adds request parameters (``seed``, ``extra_body``,
+        ``response_format``). A refused request (HTTP 400/404/422, an unsupported parameter) raises
+        `ProviderRefused`; every other failure after litellm's retries `ProposerUnavailable`."""
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # as setup_offline_env(), without a mkdir
         import litellm
 
@@ -167,15 +249,21 @@ class LLMProposer:
             kwargs["api_key"] = api_key
         start = time.perf_counter()
         failure: str | None = None
+        refused = False
         try:
             response = self._within_deadline(litellm.completion, kwargs)
         except Exception as exc:  # provider errors of every kind, after litellm's retries
             failure = f"{type(exc).__name__} after {self.num_retries} retries: {str(exc)[:500]}"
+            status = getattr(exc, "status_code", None)
+            refused = status in REFUSED_STATUS or type(exc).__name__ == "UnsupportedParamsError"
         if failure is not None:  # raised outside the except block: the original exception is not chained
+            if refused:
+                raise ProviderRefused(self._redact(f"LLM proposer {self.model!r} refused the request: {failure}"))
             raise self._unavailable(failure)
         latency = time.perf_counter() - start
         try:
             content = str(response.choices[0].message.content or "")
+            finish = str(response.choices[0].finish_reason or "stop")
         except (AttributeError, IndexError, TypeError):
             raise self._unavailable("the reply had no message content") from None
         if len(content) > MAX_REPLY_CHARS:  # read no further: the blocks before the cut are still candidates
@@ -191,7 +279,7 @@ class LLMProposer:
             "cost_usd": cost,
             "latency_s": latency,
         }
-        return self._redact(content), usage
+        return Completion(self._redact(content), finish, usage)
 
     def _within_deadline(self, call: Any, kwargs: dict[str, Any]) -> Any:
         """``call(**kwargs)``, waited for at most ``timeout x (num_retries + 1)`` seconds: past that, `TimeoutError`

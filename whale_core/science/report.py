@@ -141,6 +141,7 @@ def write_report(
         if leg.kind == "harness" and leg.status not in ATTEMPT_STATUSES:
             lines += ["", f"## Leaderboard, iteration {leg.iteration} (harness leg)", ""]
             lines += leaderboard_lines(archive, run_id, leg)
+            lines += proposer_lines(leg.metrics)
     lines += ["", "## Budget", "", *budget_lines(budget)]
     lines += _reward_lines(archive, run_id, legs, out_dir)
     lines += [
@@ -157,6 +158,14 @@ def write_report(
     md = out_dir / "report.md"
     md.write_text("\n".join(lines))
     return md, png
+
+
+def proposer_lines(metrics: dict[str, Any]) -> list[str]:
+    """The harness leg's proposer spend (its ``proposer_*`` metrics), one line; none for offline proposers."""
+    from whale_core.proposers.spend import usage_line
+
+    usage = {k.removeprefix("proposer_"): float(v) for k, v in metrics.items() if k.startswith("proposer_")}
+    return ["", f"Proposer: {usage_line(usage)}."] if usage.get("requests") else []
 
 
 def _outputs_lines(outputs: RunOutputs | None) -> list[str]:
