@@ -1,4 +1,4 @@
-"""The ``served:`` proposer end to end: WHALE starts the real ``transformers serve`` on 127.0.0.1 for a local chat
+"""The ``served:`` proposer end to end: WHALE starts its real proposer server on 127.0.0.1 for a local chat
 model (`small_llama_dir`: random init, SmolLM2's chat template, so its replies are garbage), reaches it through
 litellm, and the harness leg records every candidate as a rejection with its reason; the server is started once per
 process and reused, replaced when found dead, stopped at exit and killed with its parent; a server that dies
@@ -114,11 +114,11 @@ def test_a_model_that_cannot_be_served_is_a_clear_error(tmp_path: Path, small_ll
 def test_the_prompt_fits_the_window_by_the_models_own_tokenizer(chat_model: Path, seed: Harness) -> None:
     model = resolve_served_model(str(chat_model))
     context = make_context(seed, traces=_traces(40))
-    roomy = ServedProposer(model, context_tokens=4000, max_tokens=300)
+    roomy = ServedProposer(model, context_tokens=4000, max_tokens=300, edit="whole")
     messages, reply = roomy.messages(context, 0)
     assert reply == 300 and roomy.prompt_tokens(messages) + reply <= model.context_window
     kept_roomy = messages[1]["content"].count("- prompt ends")
-    tight = ServedProposer(model, context_tokens=2200, max_tokens=300)
+    tight = ServedProposer(model, context_tokens=2200, max_tokens=300, edit="whole")
     messages, _ = tight.messages(context, 0)
     used = tight.prompt_tokens(messages)
     assert used <= 2200 + 48  # the chat template's few tokens around the two messages
@@ -128,7 +128,7 @@ def test_the_prompt_fits_the_window_by_the_models_own_tokenizer(chat_model: Path
 
 
 def test_a_prompt_that_cannot_fit_the_window_is_never_sent(small_llama_dir: Path, seed: Harness) -> None:
-    proposer = ServedProposer(resolve_served_model(str(small_llama_dir)))  # 1024 positions: too few
+    proposer = ServedProposer(resolve_served_model(str(small_llama_dir)), edit="whole")  # 1024 positions: too few
     with pytest.raises(ProposerUnavailable, match="does not fit the model's window of 1024 positions"):
         proposer.propose(make_context(seed), 2)
     assert srv.running() == []  # rejected before any server started
@@ -138,7 +138,7 @@ def test_requests_sample_seeded_and_one_candidate_each_whatever_comes_back(
     chat_model: Path, seed: Harness, server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What goes on the wire and what comes back, with the scripted server (conftest) standing in for the model's
-    replies: `transformers serve` itself is exercised by the slow tests below."""
+    replies: the real server itself is exercised by the slow tests below."""
     import whale_core.proposers.served as served_mod
 
     monkeypatch.setattr(served_mod, "serve", lambda *a, **kw: SimpleNamespace(api_base=server.api_base))
@@ -153,7 +153,7 @@ def test_requests_sample_seeded_and_one_candidate_each_whatever_comes_back(
     ]
     for reply in replies:
         server.push(reply)
-    proposer = ServedProposer(resolve_served_model(str(chat_model)), temperature=0.7, max_tokens=200)
+    proposer = ServedProposer(resolve_served_model(str(chat_model)), temperature=0.7, max_tokens=200, edit="whole")
     out = proposer.propose(make_context(seed), len(replies))
     assert len(server.requests) == len(replies)  # one request per candidate
     reasons = [p.reason or "" for p in out]
@@ -177,7 +177,7 @@ def test_served_leg_never_crashes_on_garbage_and_reuses_one_server(
     chat_model: Path, micro_policy: Any, suite: Any, seed: Harness, tmp_path: Path
 ) -> None:
     cfg = SearchConfig(
-        proposer=f"served:{chat_model}", candidates=2, rounds=[10, 20],
+        proposer=f"served:{chat_model}", candidates=2, rounds=[10, 20], edit="whole",
         served=ServedConfig(max_tokens=64, context_tokens=3000, timeout=120),
     )  # fmt: skip
     try:
@@ -276,3 +276,62 @@ def test_a_server_that_cannot_start_says_why_quoting_its_log(small_llama_dir: Pa
         srv.serve(resolve_served_model(str(broken)), start_timeout=300)
     assert str(broken) in str(err.value)
     assert srv.running() == []
+
+
+@pytest.mark.slow
+def test_component_replies_from_the_real_server_parse_by_construction(
+    chat_model: Path, micro_policy: Any, suite: Any, seed: Harness, tmp_path: Path
+) -> None:
+    """Even a random-init model writes JSON of the right shape when the server enforces the schema: every reply
+    parses and has the component's keys; what fails is only what the harness validator refuses (or a reply cut
+    off at max_tokens), each recorded with its reason, and the proposer's usage lands in the leg's metrics."""
+    cfg = SearchConfig(
+        proposer=f"served:{chat_model}", candidates=4, rounds=[10, 20], feedback_retries=0,
+        served=ServedConfig(max_tokens=160, context_tokens=3000, timeout=300),
+    )  # fmt: skip
+    try:
+        res, archive, run_id = _leg(micro_policy, seed, suite, cfg, tmp_path, make_proposer(cfg, 0))
+    finally:
+        srv.stop_all()
+    rows = archive.candidates(run_id)
+    assert len(rows) == 4
+    for row in rows:
+        reason = row.reason or ""
+        assert "no JSON object" not in reason and "must have exactly the keys" not in reason, reason
+    metrics = res.metrics()
+    assert metrics["proposer_requests"] == 4 and metrics["proposer_completion_tokens"] > 0
+    assert metrics["proposer_latency_s"] > 0
+
+
+def test_the_server_enforces_a_schema_and_json_mode_and_refuses_what_it_cannot_compile(small_llama_dir: Path) -> None:
+    """The proposer server's generator in process (no HTTP): a random-init model under a schema writes a JSON object
+    the schema accepts; JSON mode an object; an unknown response_format type and a bad schema are 400s."""
+    import jsonschema
+
+    from whale_core.proposers.components import reply_schema
+    from whale_core.proposers.local_server import BadRequest, Generator
+
+    generator = Generator(small_llama_dir)
+    h = Harness.from_text(load_suite(SuiteConfig(name="arith")).seed_harness)
+    messages = [{"role": "user", "content": "Add the two numbers."}]
+    for i, component in enumerate(["fewshot", "answer", "inference", "parse"]):
+        schema = reply_schema(component, h, max_chars=40)
+        fmt = {"type": "json_schema", "json_schema": {"name": component, "schema": schema}}
+        body = {"messages": messages, "max_tokens": 400, "seed": i, "temperature": 1.0, "response_format": fmt}
+        reply = generator.complete(body)
+        (choice,) = reply["choices"]
+        assert choice["finish_reason"] == "stop", choice
+        jsonschema.validate(json.loads(choice["message"]["content"]), schema)
+        assert reply["usage"]["completion_tokens"] > 0
+    reply = generator.complete({"messages": messages, "max_tokens": 300, "response_format": {"type": "json_object"}})
+    text = reply["choices"][0]["message"]["content"]
+    assert text.startswith("{")  # a JSON object under way; parsed whole when it ended on its own
+    assert reply["choices"][0]["finish_reason"] == "length" or isinstance(json.loads(text), dict)
+    with pytest.raises(BadRequest, match="not supported"):
+        generator.complete({"messages": messages, "response_format": {"type": "xml"}})
+    with pytest.raises(BadRequest, match="could not be compiled"):
+        broken = {"type": "object", "properties": {"a": {"$ref": "#/x"}}}
+        bad = {"type": "json_schema", "json_schema": {"schema": broken}}
+        generator.complete({"messages": messages, "response_format": bad})
+    with pytest.raises(BadRequest, match="messages"):
+        generator.complete({"messages": "hi"})

@@ -1,11 +1,11 @@
-"""A local model served for the harness proposer: `transformers serve` started and stopped by WHALE.
+"""A local model served for the harness proposer: WHALE's own OpenAI-compatible server, started and stopped by WHALE.
 
 ``search.proposer=served:DIR`` (or ``served:NAME`` for a named, installed model) makes a local instruct model the
 harness proposer. `serve` starts the model's OpenAI-compatible server the first time a proposer needs it in this
 process and hands the same server to every later harness leg; the proposer reaches it through litellm like any
-provider (`whale_core.proposers.served`). The server is Hugging Face's own ``transformers serve`` (FastAPI +
-uvicorn, installed with ``prefect`` and ``litellm``), with the model preloaded (its ``FORCE_MODEL`` argument), on a
-free port on 127.0.0.1, ``--device cpu`` unless told otherwise, offline (``HF_HUB_OFFLINE=1``).
+provider (`whale_core.proposers.served`). The server is `whale_core.proposers.local_server` (chat completions with
+``response_format`` enforced by a grammar; ``transformers serve`` ignores that field), with the model loaded at
+start, on a free port on 127.0.0.1, ``--device cpu`` unless told otherwise, offline (``HF_HUB_OFFLINE=1``).
 
 As with WHALE's Prefect server (``flows/prefect_server.py``):
 
@@ -47,7 +47,7 @@ from whale_core.process import ServerProcess, free_port
 __all__ = ["LocalServer", "ProposerServerError", "ServedModel", "resolve_served_model", "serve", "stop_all"]
 
 # The child sets PR_SET_PDEATHSIG (prctl option 1), checks that its parent is still alive (it may have died before
-# the prctl), then runs the `transformers` command line in-process. argv: parent pid, then the CLI's arguments.
+# the prctl), then runs the server in-process. argv: parent pid, then the server's arguments.
 _LAUNCHER = """
 import ctypes, os, signal, sys
 parent = int(sys.argv.pop(1))
@@ -55,9 +55,8 @@ if sys.platform.startswith("linux"):
     ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
 if os.getppid() != parent:
     sys.exit(0)
-sys.argv[0] = "transformers"
-from transformers.cli.transformers import main
-sys.exit(main())
+from whale_core.proposers.local_server import main
+sys.exit(main(sys.argv[1:]))
 """
 
 # One long-lived thread spawns every server (see the module docstring: the death signal follows the spawning thread).
@@ -124,7 +123,7 @@ def _has_chat_template(path: Path) -> bool:
 
 @dataclass
 class LocalServer(ServerProcess):
-    """A `transformers serve` process this process started for one model directory; its lifecycle (wait, stop) is
+    """A proposer server process this process started for one model directory; its lifecycle (wait, stop) is
     `whale_core.process.ServerProcess`'s."""
 
     timeout_key: ClassVar[str] = "search.served.start_timeout"
@@ -156,7 +155,7 @@ class LocalServer(ServerProcess):
 def _spawn(model_dir: Path, device: str, log_path: Path) -> LocalServer:
     """Start the process (runs on `_SPAWNER`'s thread)."""
     port = free_port()
-    args = [sys.executable, "-c", _LAUNCHER, str(os.getpid()), "serve", str(model_dir)]
+    args = [sys.executable, "-c", _LAUNCHER, str(os.getpid()), str(model_dir)]
     args += ["--host", "127.0.0.1", "--port", str(port), "--device", device, "--log-level", "warning"]
     env = dict(os.environ)
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
