@@ -303,8 +303,9 @@ def test_component_leg_records_usage_and_the_run_budget_carries_over_legs(
     from whale_core.legs.harness_context import proposer_spent
     from whale_core.science.report import proposer_lines
 
+    server.refuse_formats = {"json_schema"}  # the provider refuses the schema: JSON mode from then on
     server.push(json.dumps({"instruction": "Add the two numbers. Reply with the sum only."}))
-    server.push("not json at all")
+    server.push('{"instruction": "Add the two', finish_reason="length")  # cut off: never adopted, fed back
     server.push(json.dumps({"instruction": seed.spec.instruction}))  # the retry: no change
     cfg = _llm_cfg(server, edit="component", selector="round-robin", proposer_budget={"tokens": 5000})
     cfg = cfg.model_copy(update={"candidates": 2})
@@ -321,9 +322,13 @@ def test_component_leg_records_usage_and_the_run_budget_carries_over_legs(
     assert rejected.reason == "instruction: no change" and rejected.text is not None
     metrics = res.metrics()
     assert metrics["proposer_requests"] == 3 and metrics["proposer_retries"] == 1
+    assert metrics["proposer_fallbacks"] == 1 and metrics["proposer_truncated"] == 1
     assert metrics["proposer_prompt_tokens"] == 3000 and metrics["proposer_completion_tokens"] == 900
+    assert [(r.body.get("response_format") or {}).get("type") for r in server.requests] == [
+        "json_schema", "json_object", "json_object", "json_object"]  # fmt: skip
     line = " ".join(proposer_lines(metrics))
-    assert "3 requests (1 fed back)" in line and "3,000 prompt + 900 completion tokens" in line
+    assert "3 requests (1 fed back, 1 cut off, 1 output-mode fallbacks)" in line
+    assert "3,000 prompt + 900 completion tokens" in line
     archive.finish_leg(leg.id, budget_used=res.completions, metrics=metrics)
     assert proposer_spent(archive, run_id, None)["prompt_tokens"] == 3000
 
@@ -344,4 +349,4 @@ def test_component_leg_records_usage_and_the_run_budget_carries_over_legs(
     )  # fmt: skip
     assert res3.reason.startswith("proposer budget spent") and res3.incumbent_out == seed
     assert [d.kind for d in archive.decisions(run_id)][-1] == "proposer-budget-spent"
-    assert len(server.requests) == 4
+    assert len(server.requests) == 5  # the refused one included

@@ -90,13 +90,13 @@ def test_refused_schema_steps_down_to_json_mode_then_to_a_fenced_block(
     server.requests.clear()
     server.refuse_formats = {"json_schema", "json_object"}
     server.push("Here you go:\n```json\n{'instruction': 'Sum the two numbers, digits only.',}\n```")
-    p = proposer(server)
+    p = proposer(server)  # a new proposer (as each leg builds one) starts where this endpoint's last one ended
     (prop,) = p.propose(ctx, 1)
     kinds = [(r.body.get("response_format") or {}).get("type") for r in server.requests]
-    assert kinds == ["json_schema", "json_object", None] and p.mode == "fenced"
+    assert kinds == ["json_object", None] and p.mode == "fenced"
     assert "```json block" in server.requests[-1].body["messages"][1]["content"]
     # near-JSON (single quotes, a trailing comma) repaired by json-repair, counted, and used
-    assert prop.status == "valid" and prop.usage["repaired"] == 1 and prop.usage["fallbacks"] == 2
+    assert prop.status == "valid" and prop.usage["repaired"] == 1 and prop.usage["fallbacks"] == 1
     assert prop.harness is not None and prop.harness.spec.instruction == "Sum the two numbers, digits only."
 
     # a mode chosen by the user is not stepped down: the refusal makes the proposer unavailable

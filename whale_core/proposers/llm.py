@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 Edit = Literal["whole", "component"]
 Output = Literal["auto", "schema", "json", "fenced"]
 REFUSED_STATUS = (400, 422)  # the request itself was refused (e.g. an unsupported response_format)
+_LEARNED_MODES: dict[tuple[str, str | None], OutputMode] = {}  # (model, api_base) -> the mode it accepts
 
 
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.MULTILINE | re.DOTALL)
@@ -118,7 +119,7 @@ class LLMProposer:
     ) -> None:
         self.edit = edit
         self.output = output
-        self.mode: OutputMode = "schema" if output == "auto" else output  # auto: steps down when refused
+        self._mode: OutputMode = "schema" if output == "auto" else output  # auto: steps down when refused
         self.selector = selector
         self.feedback_retries = feedback_retries
         self.budget_tokens = budget_tokens
@@ -132,6 +133,20 @@ class LLMProposer:
         self.max_tokens = max_tokens
         self.api_key_env = api_key_env
         self.name = f"llm:{model}"
+
+    @property
+    def mode(self) -> OutputMode:
+        """The output mode in use. With ``output: auto`` a mode the provider refused is remembered for this process
+        and endpoint (model, api_base), so later legs' proposers (built per leg) do not ask again."""
+        if self.output == "auto":
+            return _LEARNED_MODES.get((self.model, self.api_base), self._mode)
+        return self._mode
+
+    @mode.setter
+    def mode(self, value: OutputMode) -> None:
+        self._mode = value
+        if self.output == "auto":
+            _LEARNED_MODES[(self.model, self.api_base)] = value
 
     def __repr__(self) -> str:
         return (

@@ -9,8 +9,8 @@ Output modes, strongest first (`OUTPUT_MODES`):
 - ``fenced``: no ``response_format``; the prompt asks for one fenced ```json block.
 
 ``auto`` starts at ``schema`` and steps down when the provider refuses the request (HTTP 400/422, or litellm's
-``UnsupportedParamsError``), remembering the mode for the rest of the proposer's life; every step down is counted
-(``fallbacks`` in the usage) and said in the leg's log.
+``UnsupportedParamsError``), remembering the mode for that endpoint for the rest of the process; every step down
+is counted (``fallbacks`` in the usage) and said in the leg's log.
 
 Whatever the mode, `read_json` reads a reply the same lenient way — the whole reply as JSON, else the first fenced
 block, else the first ``{...}`` span — and repairs near-JSON (single quotes, trailing commas, a missing brace) with
