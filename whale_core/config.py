@@ -328,11 +328,27 @@ def load_config(
         if key not in follows:
             _fill_default(data, key, value)
     cfg = _validate(data)
+    if _named_model_defaults(data, cfg):
+        cfg = _validate(data)
     if follows:
         for key, ref in follows.items():
             _fill_default(data, key, functools.reduce(getattr, ref.key.split("."), cfg))
         cfg = _validate(data)
     return cfg
+
+
+def _named_model_defaults(data: dict[str, Any], cfg: WhaleConfig) -> bool:
+    """Fill the named model's own weights-leg defaults (``named.yaml``'s ``weights:``) where nothing set them; a
+    ``micro_batch_size`` becomes the largest divisor of the step's completions not above it. Whether any was set."""
+    from whale_core.models.named import weights_defaults
+
+    filled = False
+    for key, value in weights_defaults(cfg.model.name).items():
+        if key == "micro_batch_size" and isinstance(value, int) and not isinstance(value, bool):
+            step = cfg.weights.per_device_train_batch_size
+            value = max(d for d in range(1, min(value, step) + 1) if step % d == 0)
+        filled |= _fill_default(data, f"weights.{key}", value)
+    return filled
 
 
 def config_to_yaml(cfg: WhaleConfig) -> str:

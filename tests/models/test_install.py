@@ -163,6 +163,24 @@ def test_shipped_table_has_smollm2() -> None:
     assert (row.license, row.upstream) == ("Apache-2.0", "HuggingFaceTB/SmolLM2-135M-Instruct")
 
 
+def test_a_named_model_brings_its_memory_safe_weights_defaults_below_the_users_settings() -> None:
+    """`whale train --model smollm2-135m` without a profile: the row's micro-batch and gradient checkpointing (a
+    5.4 GB step otherwise); a config or --set still wins; the tiny model and directories keep WeightsConfig's."""
+    from whale_core.config import load_config
+
+    assert named.weights_defaults("smollm2-135m") == {"micro_batch_size": 8, "gradient_checkpointing": True}
+    cfg = load_config(None, ["model.name=smollm2-135m"])
+    assert (cfg.weights.micro_batch_size, cfg.weights.gradient_checkpointing) == (8, True)
+    cfg = load_config(None, ["model.name=smollm2-135m", "weights.per_device_train_batch_size=12"])
+    assert cfg.weights.micro_batch_size == 6  # the largest divisor of the step's completions not above 8
+    cfg = load_config(None, ["model.name=smollm2-135m", "weights.micro_batch_size=16",
+                             "weights.gradient_checkpointing=false"])  # fmt: skip
+    assert (cfg.weights.micro_batch_size, cfg.weights.gradient_checkpointing) == (16, False)
+    for model in ("tiny", "/some/dir", "smollm3"):
+        cfg = load_config(None, [f"model.name={model}"])
+        assert (cfg.weights.micro_batch_size, cfg.weights.gradient_checkpointing) == (None, False)
+
+
 def test_a_bad_table_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("models:\n" + _row("small-llama", "not-a-sha"))
@@ -170,6 +188,9 @@ def test_a_bad_table_is_a_clear_error(tmp_path: Path) -> None:
         named.load_table(bad)
     bad.write_text("models:\n" + _row("small-llama", "0" * 64).replace("'", ""))  # YAML reads 000… as a number
     with pytest.raises(NamedModelError, match=r"wheel_sha256: Input should be a valid string \(quote the value"):
+        named.load_table(bad)
+    bad.write_text("models:\n" + _row("small-llama", "0" * 64).replace("}\n", ", weights: {micro_batch_size: x}}\n"))
+    with pytest.raises(NamedModelError, match=r"models\.0\.weights\.micro_batch_size"):
         named.load_table(bad)
     dup = tmp_path / "dup.yaml"
     dup.write_text("models:\n" + _row("smollm2-135m", "0" * 64))

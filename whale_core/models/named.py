@@ -42,6 +42,7 @@ __all__ = [
     "load_table",
     "lookup",
     "resolve_named",
+    "weights_defaults",
 ]
 
 SHIPPED_TABLE = Path(__file__).resolve().with_name("named.yaml")
@@ -71,6 +72,11 @@ class NamedModel(BaseModel):
     upstream: str = Field(min_length=1)
     params: int = Field(gt=0)
     description: str = Field(min_length=1, max_length=200)
+    weights: dict[str, int | bool] = Field(
+        default_factory=dict,
+        description="the model's own weights-leg defaults (micro_batch_size, gradient_checkpointing, ...): memory-safe "
+        "for this model on a CPU; below a config file and --set, above WeightsConfig's defaults",
+    )
 
     @property
     def requirement(self) -> str:
@@ -120,6 +126,17 @@ def lookup(name: str, extra: Path | None = None) -> NamedModel:
     if name not in table:
         raise NamedModelError(f"unknown named model {name!r}: valid names are {', '.join(sorted(table))}")
     return table[name]
+
+
+def weights_defaults(model: str) -> dict[str, int | bool]:
+    """The named model ``model``'s weights-leg defaults (``weights.<key>`` of a config); ``{}`` for anything else
+    (the tiny model, a local directory, an unknown name — which the model loader reports)."""
+    try:
+        table = load_table()
+    except NamedModelError:
+        return {}
+    row = table.get(model)
+    return dict(row.weights) if row is not None else {}
 
 
 def installed_dir(row: NamedModel, home: Path | None = None) -> Path:
