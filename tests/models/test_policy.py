@@ -107,6 +107,23 @@ def test_adapter_changes_outputs_and_policy_id(foreign: Path, tmp_path: Path) ->
     with pytest.raises(PolicyLoadError, match="not a PEFT adapter directory"):
         load_policy(foreign, adapter=tmp_path, device="cpu")
 
+    # for inference the adapter can be merged into the weights: no LoRA layer left, the same logits up to rounding,
+    # the same id; a merged policy refuses to be trained (its adapter is no longer separable)
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    from whale_core.legs.grpo import prepare_model
+    from whale_core.legs.weights_config import WeightsConfig
+
+    merged = load_policy(foreign, adapter=tmp_path / "adapter", device="cpu", merge_adapter=True)
+    assert merged.merged and not tuned.merged and merged.policy_id == tuned.policy_id
+    assert not any(isinstance(m, BaseTunerLayer) for m in merged.model.modules())
+    with torch.no_grad():
+        torch.testing.assert_close(merged.model(ids).logits, tuned.model(ids).logits, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="adapter is merged into its weights"):
+        prepare_model(merged, WeightsConfig(), None)
+    assert not load_policy(foreign, adapter=tmp_path / "adapter", device="cpu", trainable=True,
+                           merge_adapter=True).merged  # fmt: skip
+
 
 def test_select_device() -> None:
     import torch

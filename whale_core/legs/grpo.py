@@ -136,6 +136,11 @@ def prepare_model(policy: Any, cfg: WeightsConfig, parent: Checkpoint | None) ->
     from peft import LoraConfig, PeftModel
     from peft.tuners.tuners_utils import BaseTunerLayer
 
+    if getattr(policy, "merged", False):
+        raise ValueError(
+            "this policy's adapter is merged into its weights (an inference policy); load it with "
+            "load_policy(..., trainable=True) or PolicyRef.load(trainable=True) to train it"
+        )
     model = policy.model
     base_path = str(policy.base_path)
     start_adapter: str | None = None

@@ -36,3 +36,4 @@ class Policy:
     base_path: Path
     adapter_path: Path | None
     device: torch.device
+    merged: bool = False  # the adapter was merged into the weights (inference only: `load_policy(merge_adapter=True)`)

@@ -83,9 +83,13 @@ class PolicyRef:
         return from_home(self.model) if full else self.model
 
     def load(self, trainable: bool = False) -> Any:
+        """The policy; for inference (not ``trainable``) with its adapter merged into the weights (faster rollouts)."""
         from whale_core.models.policy import load_policy
 
-        policy = load_policy(self.model_dir, adapter=self.adapter_dir, device=self.device, trainable=trainable)
+        policy = load_policy(
+            self.model_dir, adapter=self.adapter_dir, device=self.device, trainable=trainable,
+            merge_adapter=not trainable,
+        )  # fmt: skip
         policy.policy_id = self.checkpoint_id
         return policy
 
