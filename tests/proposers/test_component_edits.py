@@ -132,6 +132,14 @@ def test_a_rejected_reply_is_fed_back_once_with_its_reason_and_both_requests_are
     assert "no JSON object found" in server.requests[1].body["messages"][3]["content"]
     assert prop.usage["requests"] == 2 and prop.usage["retries"] == 1
 
+    # the retry itself fails (the provider is down): the candidate is rejected, its first request still charged
+    server.requests.clear()
+    server.push("still not JSON")
+    server.push(status=500)
+    (prop,) = proposer(server).propose(ctx, 1)
+    assert prop.status == "rejected" and "(the retry failed: " in (prop.reason or "")
+    assert prop.usage["requests"] == 1 and prop.usage["prompt_tokens"] == 1000
+
     # feedback_retries=0: no second request
     server.requests.clear()
     server.push(json.dumps({"wrong_key": "x"}))

@@ -162,6 +162,11 @@ def _one(
             usage = add_usage(usage, {"fallbacks": 1.0})
             p.say(f"the provider refused output mode {mode!r} ({str(exc)[:160]}); using {p.mode!r} from now on")
             continue
+        except ProposerUnavailable as exc:
+            if attempt == 0:
+                raise
+            # the fed-back retry failed: the candidate is rejected with what it cost so far (not lost from the spend)
+            return _reject(p, last_text, f"{last_reason} (the retry failed: {str(exc)[:300]})", usage)
         spent = reply.usage | {"requests": 1.0}
         spend.add(spent)
         usage = add_usage(usage, spent)
