@@ -254,6 +254,20 @@ def _compact_trace(trace: FailingTrace) -> str:
     )
 
 
+def _fit(title: str, lines: list[str], share: int, count: Callable[[str], int]) -> tuple[list[str], int]:
+    """The leading ``lines`` that fit ``share`` tokens with their section ``title`` (a line and its newline each),
+    and the tokens they use; the first line that does not fit ends the section, so order keeps its meaning."""
+    kept: list[str] = []
+    used = count(title)
+    for line in lines:
+        cost = count(line) + 1
+        if used + cost > share:
+            break
+        kept.append(line)
+        used += cost
+    return kept, used
+
+
 def build_compact_messages(
     context: ProposalContext, focus: str, context_tokens: int, count: Callable[[str], int] = estimate_tokens
 ) -> list[dict[str, str]]:
@@ -288,14 +302,8 @@ def build_compact_messages(
         (trace_lines, [_compact_trace(t) for t in context.failing_traces], "Problems the current harness got wrong:"),
     ]
     for kept, lines, title in sections:
-        share = budget // 2 if kept is archive_lines else budget
-        used = count(title)
-        for line in lines:
-            cost = count(line) + 1
-            if used + cost > share:
-                break
-            kept.append(line)
-            used += cost
+        fitted, used = _fit(title, lines, budget // 2 if kept is archive_lines else budget, count)
+        kept.extend(fitted)
         if kept:
             budget -= used
     parts = [head]
@@ -381,15 +389,7 @@ def build_component_messages(
         ("Problems the current harness got wrong:", traces),
     ]
     for left, (title, lines) in zip((3, 2, 1), sections, strict=True):
-        share = budget // left  # what a section leaves unused goes to the ones after it
-        kept: list[str] = []
-        used = count(title)
-        for line in lines:
-            cost = count(line) + 1
-            if used + cost > share:
-                break
-            kept.append(line)
-            used += cost
+        kept, used = _fit(title, lines, budget // left, count)  # what a section leaves goes to the ones after it
         if kept:
             budget -= used
             parts.append(title + "\n" + "\n".join(kept))
